@@ -1,0 +1,114 @@
+"""What each rank runs first, inside the worker process that ``launch`` starts.
+
+torchrun's engine (the elastic agent) starts the process, sets RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, and sends file
+descriptors 1 and 2 to this rank's log files. ``run_rank`` then prepares the
+rank (signals, threads, device, process group), calls the user's function and
+leaves small marker files in ``run_dir`` that the parent reads:
+``rank<r>.pid`` (started), ``rank<r>.done`` (returned), ``rank<r>.error``
+(the user's traceback).
+"""
+from __future__ import annotations
+
+import io
+import os
+import signal
+import sys
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """How to prepare each rank; built by ``launch`` and sent to every rank."""
+
+    run_dir: str
+    backend: str
+    init_group: bool
+    threads: int
+    group_timeout_s: float
+
+
+def marker(run_dir: str | Path, rank: int, kind: str) -> Path:
+    """Path of rank ``rank``'s marker file of ``kind`` ("pid", "done" or "error")."""
+    return Path(run_dir) / f"rank{rank}.{kind}"
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)  # atomic: the parent never reads half a file
+
+
+def _use_redirected_stdio() -> None:
+    """Point ``print`` at fd 1/2, which the agent redirected to this rank's logs.
+
+    Forked from a notebook, ``sys.stdout`` is still the kernel's stream and would
+    send this rank's prints straight to the notebook, interleaved with the other
+    ranks'. Rebinding to the file descriptors keeps each rank's output apart.
+    """
+    sys.stdout = io.TextIOWrapper(open(1, "wb", closefd=False), line_buffering=True)
+    sys.stderr = io.TextIOWrapper(open(2, "wb", closefd=False), line_buffering=True)
+
+
+def _user_traceback(exc: BaseException) -> str:
+    """The traceback from the user's function down, without this module's frame."""
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def run_rank(fn, args: tuple, spec: RankSpec):
+    """Prepare this rank, run ``fn(*args)`` and return its result to the agent."""
+    # Die at once when the launcher stops us (a rank blocked in a collective
+    # never returns to Python, so a Python-level handler would never run).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    _use_redirected_stdio()
+    rank = int(os.environ["RANK"])
+    _write(marker(spec.run_dir, rank, "pid"), str(os.getpid()))
+
+    import torch
+    import torch.distributed as dist
+
+    if spec.backend == "nccl":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    else:
+        torch.set_num_threads(spec.threads)
+    try:
+        if spec.init_group:
+            dist.init_process_group(spec.backend, timeout=timedelta(seconds=spec.group_timeout_s))
+        result = fn(*args)
+    except BaseException as exc:
+        _write(marker(spec.run_dir, rank, "error"), f"{type(exc).__name__}\n{exc}\n\x00{_user_traceback(exc)}")
+        raise
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    _write(marker(spec.run_dir, rank, "done"), "")
+    if dist.is_initialized():
+        # Tear the group down only once every rank has returned: closing our end
+        # early would turn a peer that is still (or forever) waiting for us into
+        # a "connection reset" error instead of the hang it really is.
+        _wait_for_all_done(spec.run_dir, dist.get_world_size())
+        dist.destroy_process_group()
+    return result
+
+
+def _wait_for_all_done(run_dir: str, world_size: int) -> None:
+    """Poll the markers until every rank has returned (the launcher stops us on a timeout)."""
+    import time
+
+    while not all(marker(run_dir, r, "done").exists() for r in range(world_size)):
+        time.sleep(0.005)
+
+
+def read_error(run_dir: str | Path, rank: int) -> tuple[str, str, str] | None:
+    """``(exception type, message, traceback)`` a rank recorded, or None."""
+    path = marker(run_dir, rank, "error")
+    if not path.exists():
+        return None
+    head, _, tb = path.read_text().partition("\x00")
+    exc_type, _, message = head.partition("\n")
+    return exc_type, message.rstrip("\n"), tb

@@ -1,0 +1,190 @@
+"""course_utils.launch: results, output, failures, hangs, interrupts, clean-up, start methods."""
+import os
+import signal
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from course_utils import examples
+from course_utils.launcher import LaunchError, LaunchTimeoutError, RankFailedError, launch
+
+
+def _record_pid(pid_dir):
+    Path(pid_dir, f"{dist.get_rank()}.pid").write_text(str(os.getpid()))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # a zombie still answers, so this also checks that we reaped
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _assert_all_gone(pid_dir, world_size):
+    pids = [int(Path(pid_dir, f"{r}.pid").read_text()) for r in range(world_size)
+            if Path(pid_dir, f"{r}.pid").exists()]
+    assert pids, "the ranks never recorded their pids"
+    assert [p for p in pids if _alive(p)] == []
+
+
+# --- ranks' functions (defined here: fork runs them without importing) ----------
+
+def rank_info(offset):
+    t = torch.tensor([float(dist.get_rank())])
+    dist.all_reduce(t)
+    return (dist.get_rank(), dist.get_world_size(), dist.get_backend(), torch.get_num_threads(), t.item() + offset)
+
+
+def print_late_from_rank0():
+    if dist.get_rank() == 0:
+        time.sleep(0.3)  # rank 0 prints last in time, yet must be shown first
+    print(f"line from rank {dist.get_rank()}")
+    print(f"second line from rank {dist.get_rank()}")
+
+
+def raise_on_rank1(pid_dir):
+    _record_pid(pid_dir)
+    if dist.get_rank() == 1:
+        raise ValueError("rank 1 fails on purpose")
+    dist.all_reduce(torch.ones(1))  # rank 0 waits here for a peer that never comes
+
+
+def skip_collective_on_rank1(pid_dir):
+    _record_pid(pid_dir)
+    if dist.get_rank() != 1:
+        dist.all_reduce(torch.ones(1))
+    return dist.get_rank()
+
+
+def exit_abruptly_on_rank1(pid_dir):
+    _record_pid(pid_dir)
+    if dist.get_rank() == 1:
+        os._exit(3)
+    time.sleep(30)
+
+
+def sleep_long(pid_dir):
+    _record_pid(pid_dir)
+    time.sleep(60)
+
+
+def own_process_group():
+    assert not dist.is_initialized()
+    dist.init_process_group("gloo", init_method="env://")
+    rank = dist.get_rank()
+    dist.destroy_process_group()
+    return rank, os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"]
+
+
+# --- success -------------------------------------------------------------------
+
+@pytest.mark.parametrize("world_size", [1, 3, 4])
+def test_results_in_rank_order_with_group_ready(world_size):
+    results = launch(rank_info, 10.0, world_size=world_size, timeout=60)
+    expected_sum = sum(range(world_size)) + 10.0
+    assert results == [(r, world_size, "gloo", 1, expected_sum) for r in range(world_size)]
+
+
+def test_output_grouped_by_rank_in_rank_order_and_engine_quiet(capsys):
+    launch(print_late_from_rank0, world_size=3, timeout=60)
+    out, err = capsys.readouterr()
+    assert out == "".join(f"[rank {r}] line from rank {r}\n[rank {r}] second line from rank {r}\n"
+                          for r in range(3))
+    assert err == ""  # the elastic agent's own logging stays quiet on success
+
+
+def test_init_group_false_leaves_the_group_to_the_function():
+    assert launch(own_process_group, world_size=2, init_group=False, timeout=60) == [
+        (0, "2", "0"), (1, "2", "1")]
+
+
+def test_twenty_launches_in_a_row_in_one_process():
+    for i in range(20):
+        assert launch(examples.sum_of_ranks, world_size=2, timeout=60, show_output=False) == [1.0, 1.0], i
+
+
+# --- failures --------------------------------------------------------------------
+
+def test_rank_that_raises_is_named_with_its_own_traceback(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(RankFailedError) as info:
+        launch(raise_on_rank1, str(tmp_path), world_size=2, timeout=60)
+    assert time.monotonic() - start < 15  # fails fast, not after the timeout
+    err = info.value
+    assert (err.rank, err.exc_type, err.message) == (1, "ValueError", "rank 1 fails on purpose")
+    assert "in raise_on_rank1" in err.traceback and 'raise ValueError("rank 1 fails' in err.traceback
+    assert "elastic" not in err.traceback and "run_rank" not in err.traceback
+    assert str(err).startswith("rank 1 failed with ValueError: rank 1 fails on purpose")
+    _assert_all_gone(tmp_path, 2)
+
+
+def test_rank_that_hangs_times_out_naming_it(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(LaunchTimeoutError) as info:
+        launch(skip_collective_on_rank1, str(tmp_path), world_size=3, timeout=3)
+    took = time.monotonic() - start
+    assert 3 <= took < 15, took
+    assert info.value.unfinished == [0, 2]
+    assert "rank(s) [0, 2] did not finish within 3 s (finished: [1])" in str(info.value)
+    assert isinstance(info.value, TimeoutError)
+    _assert_all_gone(tmp_path, 3)
+
+
+def test_rank_that_dies_without_exception(tmp_path):
+    with pytest.raises(RankFailedError) as info:
+        launch(exit_abruptly_on_rank1, str(tmp_path), world_size=2, timeout=60)
+    assert info.value.rank == 1 and "exited with code 3" in str(info.value)
+    _assert_all_gone(tmp_path, 2)
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
+def test_keyboard_interrupt_stops_every_rank_and_restores_handlers(tmp_path):
+    handler_before = signal.getsignal(signal.SIGINT)
+    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launch(sleep_long, str(tmp_path), world_size=2, timeout=60)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - start < 15
+    assert signal.getsignal(signal.SIGINT) is handler_before
+    assert "TORCHELASTIC_SIGNALS_TO_HANDLE" not in os.environ
+    _assert_all_gone(tmp_path, 2)
+
+
+def test_bad_arguments_get_clear_errors():
+    with pytest.raises(ValueError, match="world_size must be a positive whole number"):
+        launch(rank_info, 0.0, world_size=0)
+    with pytest.raises(ValueError, match="needs CUDA GPUs|one GPU per rank"):
+        launch(rank_info, 0.0, world_size=2, backend="nccl")
+    with pytest.raises(ValueError, match="unknown backend 'ncl'"):
+        launch(rank_info, 0.0, backend="ncl")
+    with pytest.raises(ValueError, match="timeout must be positive"):
+        launch(rank_info, 0.0, timeout=0)
+
+
+# --- spawn -------------------------------------------------------------------
+
+def test_spawn_runs_an_importable_function():
+    assert launch(examples.hello, world_size=2, start_method="spawn", timeout=120, show_output=False) == [
+        "rank 0 of 2 (gloo)", "rank 1 of 2 (gloo)"]
+
+
+def test_spawn_refuses_a_function_defined_in_a_notebook(monkeypatch):
+    notebook_main = types.ModuleType("__main__")  # like a kernel's __main__: no __file__
+    monkeypatch.setitem(sys.modules, "__main__", notebook_main)
+
+    def cell_function():
+        return 1
+    cell_function.__module__ = "__main__"
+    with pytest.raises(LaunchError, match="defined in a notebook cell.*Move the function into a .py module"):
+        launch(cell_function, world_size=2, start_method="spawn")
