@@ -64,7 +64,7 @@ class LaunchTimeoutError(LaunchError, TimeoutError):
         super().__init__(
             f"rank(s) {unfinished} did not finish within {timeout:g} s "
             f"(finished: {finished or 'none'}); they were stopped. A common cause is a rank "
-            "that skips a collective the others wait in; otherwise raise timeout=.")
+            "that skips a collective the others wait in; if they were only slow, pass a larger timeout=.")
 
 
 def _check_spawnable(fn, args: tuple) -> None:
