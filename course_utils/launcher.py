@@ -17,6 +17,7 @@ as the entry point, and adds what a notebook needs:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import multiprocessing as mp
 import os
@@ -196,12 +197,7 @@ def launch(fn, *args, world_size: int = 2, backend: str = "auto", timeout: float
         raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
     run_dir = Path(tempfile.mkdtemp(prefix="course_launch_"))
     spec = RankSpec(str(run_dir), backend, init_group, threads_per_rank, group_timeout_s=timeout + 60)
-    config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=world_size, run_id=uuid.uuid4().hex,
-        rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", local_addr="127.0.0.1",  # numeric (no DNS), port 0: a free port every time
-        rdzv_configs={"timeout": max(int(timeout), 30)}, max_restarts=0, monitor_interval=0.02,
-        start_method=method, logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL),
-        shutdown_timeout=5)
+    config = _launch_config(world_size, method, run_dir, timeout)
     saved_env, saved_signals = dict(os.environ), _current_signal_handlers()
     # Ranks host their own store (rank 0) instead of connecting back to the agent's
     # store in this process: a rank forked while this process's store thread is in
@@ -243,6 +239,19 @@ def launch(fn, *args, world_size: int = 2, backend: str = "auto", timeout: float
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def _launch_config(world_size: int, start_method: str, run_dir: Path, timeout: float) -> LaunchConfig:
+    """torchrun's settings for one node, as ``torchrun --standalone`` would choose them."""
+    settings = dict(
+        min_nodes=1, max_nodes=1, nproc_per_node=world_size, run_id=uuid.uuid4().hex,
+        # numeric address: no DNS lookups; port 0: a free port every time, so re-runs never clash
+        rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", local_addr="127.0.0.1",
+        rdzv_configs={"timeout": max(int(timeout), 30)}, max_restarts=0, monitor_interval=0.02,
+        start_method=start_method, logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL),
+        shutdown_timeout=5)  # ranks die at once on SIGTERM anyway; newer torch only
+    known = {f.name for f in dataclasses.fields(LaunchConfig)}
+    return LaunchConfig(**{k: v for k, v in settings.items() if k in known})
+
+
 @contextlib.contextmanager
 def _real_stdio():
     """Give the ranks OS-level stdout/stderr while they start.
@@ -254,12 +263,14 @@ def _real_stdio():
     saved = sys.stdout, sys.stderr
     saved[0].flush()
     saved[1].flush()
-    sys.stdout = sys.__stdout__ if _has_fileno(sys.__stdout__) else open(os.devnull, "w")
-    sys.stderr = sys.__stderr__ if _has_fileno(sys.__stderr__) else open(os.devnull, "w")
-    try:
-        yield
-    finally:
-        sys.stdout, sys.stderr = saved
+    with contextlib.ExitStack() as stack:
+        sys.stdout, sys.stderr = (
+            std if _has_fileno(std) else stack.enter_context(open(os.devnull, "w"))
+            for std in (sys.__stdout__, sys.__stderr__))
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr = saved
 
 
 def _has_fileno(stream) -> bool:
