@@ -1,0 +1,28 @@
+"""Click-log data: synthetic Criteo-shaped logs, parquet shards, and the real Criteo format.
+
+    from course_utils import data
+    logs = data.make_click_logs(100_000, seed=0)   # ClickLogs: dense, sparse, label, prob
+    train, test = logs.split(0.8)
+    print(test.bayes_auc())                       # the best AUC any model can reach
+    for batch in train.batches(1024, shuffle=True, seed=0): ...
+"""
+from .criteo import (CRITEO_1TB_CARDINALITIES, CRITEO_1TB_ROWS, CRITEO_1TB_ROWS_PER_DAY,
+                     CRITEO_1TB_TRAIN_ROWS, CRITEO_KAGGLE_CARDINALITIES, CRITEO_KAGGLE_ROWS,
+                     read_criteo_tsv)
+from .logs import Batch, ClickLogs, batches, dense_columns, sparse_columns
+from .parquet import parquet_info, read_parquet, repartition, row_groups_of_rank, write_parquet
+from .synthetic import BLOCK_ROWS, PlantedClickModel, criteo_cardinalities, make_click_logs
+
+
+def bayes_auc(logs: ClickLogs) -> float:
+    """AUC of the true click probability against the labels (see ClickLogs.bayes_auc)."""
+    return logs.bayes_auc()
+
+
+__all__ = [
+    "ClickLogs", "Batch", "batches", "make_click_logs", "PlantedClickModel", "criteo_cardinalities",
+    "bayes_auc", "write_parquet", "read_parquet", "repartition", "row_groups_of_rank", "parquet_info",
+    "read_criteo_tsv", "dense_columns", "sparse_columns", "BLOCK_ROWS",
+    "CRITEO_KAGGLE_CARDINALITIES", "CRITEO_KAGGLE_ROWS", "CRITEO_1TB_CARDINALITIES",
+    "CRITEO_1TB_ROWS", "CRITEO_1TB_ROWS_PER_DAY", "CRITEO_1TB_TRAIN_ROWS",
+]

@@ -1,0 +1,117 @@
+"""Click logs as parquet files whose row groups are the unit of sharding.
+
+A rank reads whole row groups, never a slice of one, so the number of row
+groups must be a multiple of the world size; :func:`repartition` rewrites a
+file with another count. From a shell::
+
+    python -m course_utils.data repartition SRC DST ROW_GROUPS
+    python -m course_utils.data info FILE
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+
+from .logs import ClickLogs
+
+__all__ = ["write_parquet", "read_parquet", "repartition", "row_groups_of_rank", "parquet_info"]
+
+_META_KEY = b"course_utils.cardinalities"
+PathLike = Union[str, Path]
+
+
+def _check_row_groups(row_groups: int, n_rows: int) -> None:
+    if not isinstance(row_groups, (int, np.integer)) or row_groups < 1:
+        raise ValueError(f"row_groups must be a positive int, got {row_groups!r}.")
+    if row_groups > max(n_rows, 1):
+        raise ValueError(f"row_groups={row_groups} is more than the {n_rows} rows; "
+                         "every row group needs at least one row.")
+
+
+def write_parquet(logs: ClickLogs, path: PathLike, row_groups: int) -> Path:
+    """Write ``logs`` to ``path`` as exactly ``row_groups`` row groups of near-equal size
+    (sizes differ by at most one row). Columns: ``label, prob, I1.., C1..``; the
+    cardinalities travel in the file's metadata. Returns the path."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _check_row_groups(row_groups, len(logs))
+    table = pa.Table.from_pandas(logs.to_pandas(), preserve_index=False, nthreads=1)
+    meta = dict(table.schema.metadata or {})
+    meta[_META_KEY] = json.dumps(list(logs.cardinalities)).encode()
+    table = table.replace_schema_metadata(meta)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    bounds = np.linspace(0, len(logs), row_groups + 1).round().astype(int)
+    with pq.ParquetWriter(path, table.schema) as writer:
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            writer.write_table(table.slice(lo, hi - lo), row_group_size=max(hi - lo, 1))
+    return path
+
+
+def parquet_info(path: PathLike) -> dict:
+    """Rows, row groups and rows per row group of a parquet file."""
+    import pyarrow.parquet as pq
+
+    md = pq.ParquetFile(path).metadata
+    return {"rows": md.num_rows, "row_groups": md.num_row_groups,
+            "rows_per_group": [md.row_group(i).num_rows for i in range(md.num_row_groups)]}
+
+
+def row_groups_of_rank(n_row_groups: int, rank: int, world_size: int, path: PathLike = "FILE") -> list[int]:
+    """Row groups that ``rank`` of ``world_size`` reads: ``rank, rank + world_size, ...``.
+
+    Raises a ValueError with the exact repartition call when ``n_row_groups`` is
+    not a multiple of ``world_size`` (ranks would get unequal work, and
+    data-parallel ranks must take the same number of steps)."""
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}.")
+    if n_row_groups % world_size:
+        fixed = -(-n_row_groups // world_size) * world_size
+        name = Path(path).name
+        dst = f"{Path(name).stem}_{fixed}rg{Path(name).suffix}"
+        raise ValueError(
+            f"{name} has {n_row_groups} row groups, which is not a multiple of world_size={world_size}: "
+            f"each rank must read the same number of whole row groups. Repartition it, e.g. to {fixed}:\n"
+            f"    course_utils.data.repartition({str(path)!r}, {str(Path(path).with_name(dst))!r}, row_groups={fixed})\n"
+            f"or from a shell:\n"
+            f"    python -m course_utils.data repartition {path} {Path(path).with_name(dst)} {fixed}")
+    return list(range(rank, n_row_groups, world_size))
+
+
+def read_parquet(path: PathLike, rank: int = 0, world_size: int = 1) -> ClickLogs:
+    """Read the share of ``rank`` (its whole row groups, see :func:`row_groups_of_rank`).
+
+    With the defaults, reads the whole file. Returns :class:`ClickLogs`.
+    """
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such parquet file; write one with write_parquet(logs, path, row_groups).")
+    pf = pq.ParquetFile(path)
+    groups = row_groups_of_rank(pf.metadata.num_row_groups, rank, world_size, path)
+    meta = pf.schema_arrow.metadata or {}
+    if _META_KEY not in meta:
+        raise ValueError(f"{path.name} was not written by write_parquet (no cardinalities in its metadata).")
+    cards = json.loads(meta[_META_KEY])
+    # One thread: a rank reads a small share, and ranks are often forked processes,
+    # so Arrow's thread pool stays out of the way. Columns go straight to numpy.
+    table = pf.read_row_groups(groups, use_threads=False)
+    names = table.column_names
+    dcols = [c for c in names if c.startswith("I") and c[1:].isdigit()]
+    column = lambda name, dtype: table.column(name).to_numpy().astype(dtype, copy=False)
+    dense = (np.stack([column(c, np.float32) for c in dcols], axis=1) if dcols
+             else np.zeros((table.num_rows, 0), np.float32))
+    sparse = np.stack([column(f"C{t + 1}", np.int64) for t in range(len(cards))], axis=1)
+    return ClickLogs(dense, sparse, column("label", np.float32), column("prob", np.float32), cards)
+
+
+def repartition(src: PathLike, dst: PathLike, row_groups: int) -> Path:
+    """Rewrite parquet ``src`` as ``dst`` with ``row_groups`` near-equal row groups (same rows, same order)."""
+    if Path(src).resolve() == Path(dst).resolve():
+        raise ValueError("repartition: dst must differ from src (write a new file, then rename it).")
+    return write_parquet(read_parquet(src), dst, row_groups)

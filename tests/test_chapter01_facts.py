@@ -1,0 +1,65 @@
+"""The numbers in quiz/chapter01-answers.md, computed by the code the chapter teaches."""
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from course_utils import data
+from course_utils.models import DLRMConfig, memory_report
+
+ANSWERS = (Path(__file__).resolve().parent.parent / "quiz" / "chapter01-answers.md").read_text(encoding="utf-8")
+MLPERF = DLRMConfig(data.CRITEO_1TB_CARDINALITIES, embedding_dim=128,
+                    bottom_mlp=(512, 256), top_mlp=(1024, 1024, 512, 256))
+GiB = 2 ** 30
+
+
+def right_option(question: int) -> str:
+    """The bold option of a question in the answers file, e.g. 'D. 10.24 GB'."""
+    block = ANSWERS.split(f"### {question}.")[1].split("\n### ")[0]
+    return re.search(r"\*\*([A-D]\. .*?)\*\*", block).group(1)
+
+
+def test_q1_embeddings_hold_almost_all_parameters():
+    report = memory_report(MLPERF)
+    assert report.loc["embeddings", "parameters"] / report.loc["total", "parameters"] > 0.999
+    assert right_option(1) == "C. The embedding tables"
+
+
+def test_q2_table_with_adam_state():
+    report = memory_report(DLRMConfig((10_000_000,), embedding_dim=64), optimizer="adam")
+    assert report.loc["embeddings", "weights"] == 2.56e9
+    assert report.loc["embeddings", "training_total"] == 10.24e9
+    assert right_option(2) == "D. 10.24 GB"
+
+
+def _zeros(cfg):
+    """A bottom output [2, D] and embeddings [2, T, D] of zeros."""
+    import torch
+    return torch.zeros(2, cfg.embedding_dim), torch.zeros(2, cfg.n_tables, cfg.embedding_dim)
+
+
+def test_q3_number_of_dot_interactions():
+    cfg = DLRMConfig((10,) * 26, embedding_dim=16)
+    assert cfg.n_interactions == 351
+    assert cfg.top_widths()[0] == 16 + 351
+    assert cfg.build().interact(*_zeros(cfg)).shape[1] == 16 + 351
+    assert right_option(3) == "B. 351"
+
+
+def test_q4_one_pass_over_criteo_1tb_at_50k_samples_per_second():
+    hours = data.CRITEO_1TB_ROWS / 50_000 / 3600
+    assert hours == pytest.approx(24.3, abs=0.05)
+    assert "24.3 hours" in ANSWERS and "1.2 million samples/s" in ANSWERS
+    assert data.CRITEO_1TB_ROWS / 3600 == pytest.approx(1.2e6, rel=0.02)
+    assert right_option(4) == "B. About a day"
+
+
+def test_q6_mlperf_tables_with_adam_and_eight_devices():
+    report = memory_report(MLPERF, optimizer="adam")
+    emb = report.loc["embeddings", "training_total"]
+    assert round(emb / GiB) == 358                      # the figure in the question
+    assert math.ceil(emb / (80 * GiB)) == 5             # needs at least 5 devices of 80 GiB...
+    assert round(emb / 8 / GiB) == 45                   # ...and 8 hold about 45 GiB each
+    assert "about 45 GiB each" in ANSWERS
+    assert right_option(6).startswith("D. Model parallelism")

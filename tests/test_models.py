@@ -1,0 +1,154 @@
+"""Tests of course_utils.models: the DLRM against brute force, and the memory arithmetic."""
+import pytest
+import torch
+
+from course_utils import data
+from course_utils.models import DLRM, OPTIMIZER_STATE_COPIES, DLRMConfig, format_bytes, memory_report
+
+CARDS = [3, 10, 100, 1000]
+
+
+def small_model(**kw):
+    return DLRM(CARDS, n_dense=5, embedding_dim=8, bottom_mlp=(16,), top_mlp=(12, 6), **kw)
+
+
+def inputs(batch=7, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    dense = torch.rand(batch, 5, generator=g)
+    sparse = torch.stack([torch.randint(0, c, (batch,), generator=g) for c in CARDS], dim=1)
+    return dense, sparse
+
+
+def test_forward_shape_and_dtype():
+    model = small_model()
+    dense, sparse = inputs()
+    out = model(dense, sparse)
+    assert out.shape == (7,) and out.dtype == torch.float32
+
+
+def test_init_is_deterministic_and_seeded():
+    a, b, c = small_model(seed=1), small_model(seed=1), small_model(seed=2)
+    torch.manual_seed(123)  # the global RNG must not matter
+    d = small_model(seed=1)
+    for pa, pb, pc, pd in zip(a.parameters(), b.parameters(), c.parameters(), d.parameters()):
+        assert torch.equal(pa, pb) and torch.equal(pa, pd)
+    assert any(not torch.equal(pa, pc) for pa, pc in zip(a.parameters(), c.parameters()))
+
+
+def test_embed_matches_row_lookup():
+    model = small_model()
+    _, sparse = inputs()
+    emb = model.embed(sparse)
+    assert emb.shape == (7, 4, 8)
+    for t, bag in enumerate(model.embeddings):
+        assert isinstance(bag, torch.nn.EmbeddingBag) and bag.mode == "sum"
+        torch.testing.assert_close(emb[:, t], bag.weight[sparse[:, t]])
+
+
+def test_dot_interaction_matches_brute_force():
+    model = small_model()
+    g = torch.Generator().manual_seed(0)
+    bottom, embedded = torch.randn(3, 8, generator=g), torch.randn(3, 4, 8, generator=g)
+    out = model.interact(bottom, embedded)
+    vectors = [bottom] + [embedded[:, t] for t in range(4)]
+    dots = [(vectors[i] * vectors[j]).sum(1) for i in range(5) for j in range(i + 1, 5)]
+    expected = torch.cat([bottom, torch.stack(dots, dim=1)], dim=1)
+    assert out.shape == (3, 8 + 10)
+    torch.testing.assert_close(out, expected)
+
+
+def test_forward_is_the_three_steps():
+    model = small_model()
+    dense, sparse = inputs()
+    by_parts = model.interact_and_predict(model.bottom(dense), model.embed(sparse))
+    torch.testing.assert_close(model(dense, sparse), by_parts)
+
+
+def test_parameter_groups_split_the_model():
+    model = small_model()
+    emb = {id(p) for p in model.embedding_parameters()}
+    dense = {id(p) for p in model.dense_parameters()}
+    assert not emb & dense and emb | dense == {id(p) for p in model.parameters()}
+    assert len(emb) == 4
+    dense_in, sparse_in = inputs()
+    model(dense_in, sparse_in).sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.parametrize("cfg", [
+    DLRMConfig((3, 10, 100, 1000), n_dense=5, embedding_dim=8, bottom_mlp=(16,), top_mlp=(12, 6)),
+    DLRMConfig(tuple(data.criteo_cardinalities(1 / 1000))),
+    DLRMConfig((50,) * 3, n_dense=13, embedding_dim=4, bottom_mlp=(), top_mlp=()),
+])
+def test_analytic_counts_match_a_real_model(cfg):
+    model = cfg.build(seed=0)
+    assert cfg.embedding_parameter_count() == sum(p.numel() for p in model.embedding_parameters())
+    assert cfg.dense_parameter_count() == sum(p.numel() for p in model.dense_parameters())
+    report = memory_report(model, optimizer="adam")
+    assert report.loc["total", "parameters"] == sum(p.numel() for p in model.parameters())
+    assert report.loc["total", "weights"] == sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def test_memory_report_optimizer_state_and_gradients():
+    cfg = DLRMConfig((1000, 2000), n_dense=4, embedding_dim=10, bottom_mlp=(8,), top_mlp=(6,))
+    weights = memory_report(cfg, "sgd").loc["embeddings", "weights"]
+    assert weights == 3000 * 10 * 4
+    for name, copies in OPTIMIZER_STATE_COPIES.items():
+        rep = memory_report(cfg, name)
+        assert rep.loc["embeddings", "optimizer_state"] == copies * weights
+        assert rep.loc["embeddings", "gradients"] == weights
+        assert rep.loc["total", "training_total"] == rep.loc["total", ["weights", "gradients", "optimizer_state"]].sum()
+    assert memory_report(cfg, "adam").loc["embeddings", "training_total"] == 4 * weights
+    with pytest.raises(ValueError, match="optimizer"):
+        memory_report(cfg, "lamb")
+
+
+def test_optimizer_state_copies_match_torch():
+    """SGD keeps nothing, momentum one buffer, Adagrad one sum, Adam two moments."""
+    model = small_model()
+    dense, sparse = inputs()
+    n_params = sum(p.numel() for p in model.parameters())
+    makers = {"sgd": lambda p: torch.optim.SGD(p, lr=0.1), "sgd_momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+              "adagrad": lambda p: torch.optim.Adagrad(p, lr=0.1), "adam": lambda p: torch.optim.Adam(p, lr=0.1)}
+    for name, make in makers.items():
+        opt = make(model.parameters())
+        model(dense, sparse).sum().backward()
+        opt.step()
+        state = sum(v.numel() for s in opt.state.values() for k, v in s.items()
+                    if torch.is_tensor(v) and k != "step")  # Adam's step counter is one scalar
+        assert state == OPTIMIZER_STATE_COPIES[name] * n_params, name
+
+
+def test_memory_report_of_a_model_that_does_not_fit():
+    """The MLPerf DLRM on Criteo 1TB: counted, never built."""
+    cfg = DLRMConfig(data.CRITEO_1TB_CARDINALITIES, embedding_dim=128,
+                     bottom_mlp=(512, 256), top_mlp=(1024, 1024, 512, 256))
+    rep = memory_report(cfg, "adagrad")
+    rows = sum(data.CRITEO_1TB_CARDINALITIES)
+    assert rep.loc["embeddings", "parameters"] == rows * 128
+    assert rep.loc["embeddings", "weights"] == rows * 128 * 4 > 89 * 2 ** 30  # 89.5 GiB (96 GB)
+    assert rep.loc["embeddings", "weights"] / rep.loc["total", "weights"] > 0.99
+    assert format_bytes(rep.loc["embeddings", "weights"]).endswith("GiB")
+
+
+def test_bad_input_is_a_clear_error():
+    model = small_model()
+    dense, sparse = inputs()
+    with pytest.raises(ValueError, match=r"\[B, 4\]"):
+        model(dense, sparse[:, :3])
+    bad = sparse.clone()
+    bad[0, 2] = 100
+    with pytest.raises(IndexError, match="table 2 has 100 rows"):
+        model(dense, bad)
+    with pytest.raises(TypeError, match="int64"):
+        model(dense, sparse.int())
+    with pytest.raises(ValueError, match=r"\[B, 5\]"):
+        model(dense[:, :4], sparse)
+    with pytest.raises(ValueError, match="cardinalities"):
+        DLRMConfig((10, 0))
+
+
+def test_format_bytes():
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(1536) == "1.5 KiB"
+    assert format_bytes(3 * 2 ** 30) == "3 GiB"
