@@ -1,0 +1,70 @@
+"""Bus bandwidth of the ring all-reduce by hand against gloo's all_reduce.
+
+    python benchmarks/ring_allreduce.py                     # 1, 16, 64 MB on 2 and 4 ranks, 9 repeats
+    python benchmarks/ring_allreduce.py --ranks 2 --sizes-mb 16 --repeats 15
+
+For each world size and message size, times ``dist.all_reduce`` (gloo) and
+``course_utils.collectives.ring_all_reduce`` on the same float32 tensor,
+alternating them repeat by repeat so that a busy moment on the machine hurts
+both alike, and prints the median time, algorithm bandwidth (bytes / time) and
+bus bandwidth (algbw * 2 (w - 1) / w, as nccl-tests defines it) of each, and
+the ratio ring / gloo. Target: the ring at least 0.6x of gloo at 16 MB and above.
+Run it on a quiet machine (the first number of /proc/loadavg well below 1).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+
+from course_utils import launch
+from course_utils.collectives import bandwidth, ring_all_reduce
+
+IMPLEMENTATIONS = {"gloo all_reduce": dist.all_reduce, "ring by hand": ring_all_reduce}
+
+
+def _measure(sizes: list[int], repeats: int) -> list[dict]:
+    return bandwidth.sweep(IMPLEMENTATIONS, sizes, repeats=repeats)
+
+
+def _load() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--repeats", type=int, default=9)
+    args = parser.parse_args()
+    sizes = [int(mb * (1 << 20)) for mb in args.sizes_mb]
+
+    print(f"all-reduce of float32 tensors, gloo on CPU  (torch {torch.__version__}, {os.cpu_count()} CPUs, "
+          f"load average at start {_load()}, median of {args.repeats})")
+    print(f"{'ranks':>5} {'size':>7} | {'gloo ms':>8} {'algbw':>7} {'busbw':>7} | "
+          f"{'ring ms':>8} {'algbw':>7} {'busbw':>7} | ring/gloo")
+    target_met = True
+    for w in args.ranks:
+        rows = launch(_measure, sizes, args.repeats, world_size=w, timeout=1800, show_output=False)[0]
+        by = {(r["name"], r["nbytes"]): r for r in rows}
+        for n in sizes:
+            g, r = by["gloo all_reduce", n], by["ring by hand", n]
+            ratio = r["busbw"] / g["busbw"]
+            if n >= 16 << 20:
+                target_met &= ratio >= 0.6
+            print(f"{w:>5} {n / (1 << 20):>5g}MB | {g['seconds'] * 1e3:8.2f} {g['algbw'] / 1e9:7.3f} "
+                  f"{g['busbw'] / 1e9:7.3f} | {r['seconds'] * 1e3:8.2f} {r['algbw'] / 1e9:7.3f} "
+                  f"{r['busbw'] / 1e9:7.3f} | {ratio:5.2f}x")
+    print("bandwidths in GB/s (1e9 bytes/s); busbw = algbw * 2 (w - 1) / w")
+    print(f"load average at end {_load()}; target ring/gloo >= 0.6x at 16 MB and above: "
+          f"{'met' if target_met else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+"""Chapter 02: process groups and collectives, by hand and measured.
+
+- ``groups``: ``init_group`` (``init_process_group`` with clear errors), ``free_port``;
+- ``ring``: ``ring_all_reduce`` from point-to-point messages, and its schedule;
+- ``demos``: every collective on a few ranks, before and after, as text and a figure;
+- ``bandwidth``: algorithm and bus bandwidth, timing all-reduces, the alpha-beta model.
+"""
+from . import bandwidth, demos
+from .groups import GroupInitError, free_port, init_group
+from .ring import bytes_sent_per_rank, ring_all_reduce, ring_schedule
+
+__all__ = ["bandwidth", "demos", "ring_all_reduce", "ring_schedule", "bytes_sent_per_rank", "init_group", "free_port", "GroupInitError"]

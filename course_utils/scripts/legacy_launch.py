@@ -1,0 +1,34 @@
+"""A script written for the deprecated ``python -m torch.distributed.launch``.
+
+    python -m torch.distributed.launch --nproc-per-node 2 -m course_utils.scripts.legacy_launch --out DIR
+
+The old launcher passes ``--local-rank=N`` on each rank's command line (unless
+``--use-env``); torchrun passes nothing and sets ``LOCAL_RANK`` instead. This
+script accepts both spellings of the argument and records what it received
+in ``DIR/rank<R>.json``, next to the ``LOCAL_RANK`` variable.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for rank<R>.json")
+    parser.add_argument("--local-rank", "--local_rank", type=int, default=None,
+                        help="given by torch.distributed.launch; torchrun sets LOCAL_RANK instead")
+    args = parser.parse_args(argv)
+    local_rank = args.local_rank if args.local_rank is not None else int(os.environ["LOCAL_RANK"])
+    record = {"rank": int(os.environ["RANK"]), "argument": args.local_rank,
+              "LOCAL_RANK": os.environ.get("LOCAL_RANK"), "local_rank used": local_rank,
+              "extra arguments": [a for a in argv if a.startswith("--local")]}
+    (args.out / f"rank{record['rank']}.json").write_text(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()

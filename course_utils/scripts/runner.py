@@ -1,0 +1,177 @@
+"""Run the scripts of this package under a real launcher, from a notebook or a test.
+
+``run_torchrun`` starts ``torchrun`` (or the deprecated ``torch.distributed.launch``)
+as a subprocess, one per "node" (``nnodes=2`` gives two launchers on localhost
+forming one world), gives every rank a folder for its report (``--out``), and
+returns the reports in global-rank order. ``spawn_and_wait`` is
+``torch.multiprocessing.spawn`` with a timeout. Whatever happens, nothing is
+left running: a launcher that fails or outlives ``timeout`` is killed with its
+whole process group, and its partners with it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch.multiprocessing as mp
+
+from ..collectives.groups import free_port
+
+# The `torchrun` command is this module's console script; running it through the
+# current interpreter works even where the venv's bin/ folder is not on PATH.
+LAUNCHERS = {"torchrun": [sys.executable, "-m", "torch.distributed.run"],
+             "torch.distributed.launch": [sys.executable, "-m", "torch.distributed.launch"]}
+_C10_PREFIX = re.compile(r"^[WIE]\d{4} [\d:.]+ \d+ [^\]]*\] ?")
+_REPO = str(Path(__file__).resolve().parents[2])
+
+
+class LauncherError(RuntimeError):
+    """A launcher exited with an error or was stopped after its timeout."""
+
+
+@dataclass
+class LauncherRun:
+    """What a run left: one report per rank (global-rank order), and each launcher's output.
+
+    ``commands`` are the command lines as a learner would type them (``torchrun ...``,
+    with ``PORT`` and ``OUT`` for the parts that change from run to run).
+    """
+    reports: list[dict]
+    commands: list[str]
+    stderr: list[str] = field(repr=False)
+    stdout: list[str] = field(repr=False)
+    launcher_pids: list[int] = field(repr=False)
+    seconds: float = 0.0
+
+
+def _rendezvous(kind: str, port: int) -> list[str]:
+    if kind == "standalone":
+        return ["--standalone"]  # one node: a c10d rendezvous on a free local port
+    if kind == "static":
+        return ["--master-addr", "127.0.0.1", "--master-port", str(port)]
+    if kind == "c10d":
+        return ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "course"]
+    raise ValueError(f"rendezvous must be 'standalone', 'static' or 'c10d', got {kind!r}")
+
+
+def run_torchrun(module: str = "course_utils.scripts.hello", nproc_per_node: int = 2, nnodes: int = 1,
+                 rendezvous: str = "standalone", launcher: str = "torchrun", timeout: float = 120.0,
+                 port: int | None = None) -> LauncherRun:
+    """Run ``launcher ... -m module --out DIR`` once per node on this machine; return the reports.
+
+    ``nnodes > 1`` starts one launcher per node (``--node-rank 0 .. nnodes-1``) that meet at
+    ``127.0.0.1:port`` (a free port unless given) with a ``static`` or ``c10d`` rendezvous.
+    Raises ``LauncherError`` naming the launcher that failed (with the end of its
+    stderr), or saying which were still running after ``timeout`` s.
+    """
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
+    if nnodes > 1 and rendezvous == "standalone":
+        raise ValueError("--standalone is for one node; for nnodes > 1 use rendezvous='static' or 'c10d'")
+    port = free_port() if port is None else port
+    with tempfile.TemporaryDirectory(prefix="course_run_") as out:
+        commands = []
+        for node in range(nnodes):
+            nodes = ["--nnodes", str(nnodes), "--node-rank", str(node)] if nnodes > 1 else []
+            commands.append(LAUNCHERS[launcher] + ["--nproc-per-node", str(nproc_per_node), *nodes,
+                                                   *_rendezvous(rendezvous, port), "-m", module, "--out", out])
+        start = time.perf_counter()
+        outputs, pids = _run_together(commands, timeout)
+        reports = [json.loads(p.read_text()) for p in sorted(Path(out).glob("rank*.json"),
+                                                           key=lambda p: int(p.stem[4:]))]
+        shown = [" ".join([launcher if launcher == "torchrun" else f"python -m {launcher}"]
+                          + c[len(LAUNCHERS[launcher]):]).replace(out, "OUT").replace(str(port), "PORT")
+                 for c in commands]
+    return LauncherRun(reports, shown, [e for _, e in outputs], [o for o, _ in outputs], pids,
+                       time.perf_counter() - start)
+
+
+def _run_together(commands: list[list[str]], timeout: float) -> tuple[list[tuple[str, str]], list[int]]:
+    """Start every command at once, each in its own process group; all finish or all are killed."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [_REPO, os.environ.get("PYTHONPATH")]))}
+    procs, files = [], []
+    try:
+        for cmd in commands:
+            out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+            files.append((out, err))
+            procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True))
+        deadline = time.monotonic() + timeout
+        while any(p.poll() is None for p in procs):
+            failed = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
+            if failed or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        running = [i for i, p in enumerate(procs) if p.poll() is None]
+    finally:
+        for p in procs:
+            _kill_group(p)
+    outputs = []
+    for out, err in files:
+        out.seek(0), err.seek(0)
+        outputs.append((out.read(), err.read()))
+        out.close(), err.close()
+    failed = [i for i, p in enumerate(procs) if p.returncode != 0 and i not in running]
+    if failed:
+        i = failed[0]
+        raise LauncherError(f"launcher {i} of {len(procs)} exited with code {procs[i].returncode}"
+                            f"{_hint(outputs[i][1])}; the end of its stderr:\n{_tail(outputs[i][1])}")
+    if running:
+        raise LauncherError(f"launcher(s) {running} of {len(procs)} were still running after "
+                            f"{timeout:g} s and were stopped (a node that never joins the rendezvous "
+                            "makes the others wait; pass a larger timeout if they were only slow)")
+    return outputs, [p.pid for p in procs]
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the launcher's whole process group (its ranks too), then reap it."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def _hint(stderr: str) -> str:
+    if "EADDRINUSE" in stderr or "ddress already in use" in stderr:
+        return " because its rendezvous port is already in use (choose another port, or --standalone)"
+    return ""
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    """The last lines of a launcher's stderr, without the c10 log prefix "W1122 15:30:01.1 pid file.py:12]"."""
+    kept = [_C10_PREFIX.sub("", ln) for ln in text.splitlines()]
+    return "\n".join([ln for ln in kept if ln.strip(" *")][-lines:])
+
+
+def spawn_and_wait(fn, args: tuple, nprocs: int, timeout: float = 120.0) -> None:
+    """``torch.multiprocessing.spawn(fn, args, nprocs)``, stopped after ``timeout`` s.
+
+    ``mp.spawn`` starts ``nprocs`` fresh interpreters and calls ``fn(i, *args)`` in
+    process ``i``; ``fn`` must be importable (a module-level function, not one defined
+    in a notebook cell). A process that raises makes this raise (mp.spawn's
+    ``ProcessRaisedException``, with that process's traceback); one that is still
+    running after ``timeout`` makes it raise ``LauncherError``; either way none survives.
+    """
+    context = mp.spawn(fn, args=args, nprocs=nprocs, join=False)
+    deadline = time.monotonic() + timeout
+    try:
+        while not context.join(timeout=0.1):
+            if time.monotonic() > deadline:
+                running = [i for i, p in enumerate(context.processes) if p.is_alive()]
+                raise LauncherError(f"process(es) {running} of mp.spawn were still running after "
+                                    f"{timeout:g} s and were stopped")
+    finally:
+        for proc in context.processes:
+            if proc.is_alive():
+                proc.kill()
+            proc.join()

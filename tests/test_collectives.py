@@ -1,0 +1,310 @@
+"""course_utils.collectives: the ring all-reduce against dist.all_reduce, every collective demo's
+result against its definition, bandwidth formulas and the alpha-beta fit, clear init errors."""
+import math
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from course_utils import launch
+from course_utils.collectives import (GroupInitError, bandwidth, demos, free_port, init_group,
+                                      ring_all_reduce, ring_schedule)
+
+# Shapes: odd lengths, lengths smaller than the world size, multi-dimensional, empty.
+SHAPES = [(1,), (2,), (3,), (5,), (7,), (13,), (1000,), (1001,), (4, 3), (2, 3, 5), (0,), (65537,)]
+DTYPES = [torch.float32, torch.float64, torch.int64]
+# Tolerance: the ring adds the w numbers in another order than gloo does, so float
+# results may differ in the last bits; integer sums must be exact.
+TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-12, atol=1e-12),
+             torch.int64: dict(rtol=0, atol=0)}
+
+
+def _random(shape, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+    return torch.randint(-1000, 1000, shape, generator=g, dtype=dtype)
+
+
+def compare_ring_with_all_reduce(segment_bytes, shapes=SHAPES):
+    """On every rank: for each shape and dtype, ring_all_reduce vs dist.all_reduce; what differed."""
+    rank, failures = dist.get_rank(), []
+    for i, shape in enumerate(shapes):
+        for dtype in DTYPES:
+            mine = _random(shape, dtype, seed=1000 * i + rank)
+            expected, ours = mine.clone(), mine.clone()
+            dist.all_reduce(expected)
+            returned = ring_all_reduce(ours, segment_bytes=segment_bytes)
+            if returned is not ours:
+                failures.append(f"{shape} {dtype}: did not return its argument")
+            try:
+                torch.testing.assert_close(ours, expected, **TOLERANCE[dtype])
+            except AssertionError as exc:
+                failures.append(f"{shape} {dtype}: {exc}")
+    return failures
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_ring_all_reduce_equals_dist_all_reduce(world_size):
+    results = launch(compare_ring_with_all_reduce, 1 << 20, world_size=world_size, timeout=90)
+    assert results == [[]] * world_size
+
+
+def test_ring_all_reduce_in_many_segments():
+    # 40-byte segments: the chunks of all but the shortest tensors travel in several pieces
+    shapes = [s for s in SHAPES if math.prod(s) < 10_000]
+    assert launch(compare_ring_with_all_reduce, 40, shapes, world_size=3, timeout=90) == [[]] * 3
+
+
+def ring_on_subgroups_and_views():
+    rank = dist.get_rank()
+    pairs = [dist.new_group([0, 2]), dist.new_group([1, 3])]  # every rank creates every group
+    mine = pairs[rank % 2]
+    t = torch.arange(5, dtype=torch.float64) + 100 * rank
+    expected = t.clone()
+    dist.all_reduce(expected, group=mine)
+    ring_all_reduce(t, group=mine)
+    # a non-contiguous view: every other column of a [3, 4] matrix
+    m = torch.arange(12, dtype=torch.float32).reshape(3, 4) * (rank + 1)
+    view = m[:, ::2]
+    ring_all_reduce(view)
+    return t.tolist() == expected.tolist(), m.tolist()
+
+
+def test_ring_all_reduce_on_a_subgroup_and_a_strided_view():
+    results = launch(ring_on_subgroups_and_views, world_size=4, timeout=60)
+    assert [same for same, _ in results] == [True] * 4
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    for rank, (_, m) in enumerate(results):
+        got = torch.tensor(m)
+        assert torch.equal(got[:, ::2], base[:, ::2] * (1 + 2 + 3 + 4))  # summed through the view
+        assert torch.equal(got[:, 1::2], base[:, 1::2] * (rank + 1))     # the rest untouched
+
+
+def ring_bad_inputs():
+    errors = []
+    for bad, kwargs in (([1.0, 2.0], {}), (torch.ones(3, dtype=torch.bool), {}),
+                        (torch.ones(3), {"segment_bytes": 2})):
+        try:
+            ring_all_reduce(bad, **kwargs)
+        except (TypeError, ValueError) as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+    return errors
+
+
+def test_ring_all_reduce_rejects_bad_input():
+    errors = launch(ring_bad_inputs, world_size=2, timeout=60)[0]
+    assert errors[0] == "TypeError: ring_all_reduce needs a torch.Tensor, got list"
+    assert errors[1].startswith("TypeError: ring_all_reduce sums tensors; dtype torch.bool is not supported")
+    assert errors[2].startswith("ValueError: segment_bytes must hold at least one element (4 bytes")
+    with pytest.raises(RuntimeError, match="needs an initialised process group"):
+        ring_all_reduce(torch.ones(3))
+
+
+def test_ring_schedule_every_rank_ends_with_every_chunk():
+    for w in (2, 3, 4, 5):
+        for r in range(w):
+            steps = ring_schedule(r, w)
+            assert len(steps) == 2 * (w - 1)
+            # after reduce-scatter rank r owns chunk (r + 1) % w: its first all-gather send
+            assert [s for s in steps if s[0] == "all-gather"][0][2] == (r + 1) % w
+            # what rank r sends at a step is what its right neighbour receives at that step
+            right = ring_schedule((r + 1) % w, w)
+            assert [s[2] for s in steps] == [s[3] for s in right]
+            assert {s[3] for s in steps if s[0] == "all-gather"} | {(r + 1) % w} == set(range(w))
+
+
+# --- every collective demo, against its definition --------------------------------------
+
+def test_every_collective_demo_on_four_ranks():
+    w = 4
+    results = demos.gather_results(launch(demos.run_all, world_size=w, timeout=60))
+    start = [[10 * r + i for i in range(w)] for r in range(w)]
+    total = [sum(start[r][i] for r in range(w)) for i in range(w)]
+    expected_after = {
+        "broadcast": [start[0]] * w,
+        "all_reduce": [total] * w,
+        "all_gather": [[10 * r for r in range(w)]] * w,
+        "reduce_scatter": [[total[r]] for r in range(w)],
+        "all_to_all": [[start[j][r] for j in range(w)] for r in range(w)],
+        "send/recv": [start[r ^ 1] for r in range(w)],
+        "isend/irecv": [start[(r - 1) % w] for r in range(w)],
+        "barrier": start,
+    }
+    assert set(results) == set(demos.DEMOS)
+    for name, after in expected_after.items():
+        assert results[name][1] == after, name
+    assert results["reduce"][1][0] == total            # only the destination is promised
+    assert results["all_gather"][0] == [[10 * r] for r in range(w)]
+    for name in set(demos.DEMOS) - {"all_gather"}:
+        assert results[name][0] == start, name
+
+
+def test_barrier_demo_nobody_leaves_before_the_last_arrives():
+    per_rank = launch(demos.demo_barrier, world_size=3, timeout=60)
+    timing = [extra for _, _, extra in per_rank]
+    last = max(t["arrived_s"] for t in timing)
+    assert all(t["left_s"] >= last - 0.01 for t in timing)  # clocks start together within ~10 ms
+    assert last >= 0.1 - 0.01                                   # rank 2 slept 100 ms
+
+
+def test_send_recv_demo_odd_world_leaves_the_last_rank_alone():
+    results = demos.gather_results(launch(demos.run_all, world_size=3, timeout=60))
+    assert results["send/recv"][1] == [[10, 11, 12], [0, 1, 2], [20, 21, 22]]
+
+
+def test_picture_and_plot():
+    befores, afters = [[0, 1], [10, 11]], [[10, 12], [10, 12]]
+    text = demos.picture("all_reduce", befores, afters)
+    assert text.splitlines() == [
+        "all_reduce(t): every rank gets the element-wise sum (a reduce, then a broadcast).",
+        "        before       after",
+        "rank 0  [ 0  1]  ->  [10 12]",
+        "rank 1  [10 11]  ->  [10 12]"]
+    fig = demos.plot({"all_reduce": (befores, afters), "broadcast": (befores, [[0, 1], [0, 1]])})
+    assert len([ax for ax in fig.axes if ax.images]) == 4
+
+
+# --- bandwidth ---------------------------------------------------------------------------
+
+def test_bus_bandwidth_definitions():
+    # 64 MB in 0.1 s on 4 ranks: algbw 671 MB/s, busbw = algbw * 2 * 3 / 4
+    assert bandwidth.algorithm_bandwidth(64 << 20, 0.1) == pytest.approx((64 << 20) / 0.1)
+    assert bandwidth.bus_bandwidth(64 << 20, 0.1, 4) == pytest.approx((64 << 20) / 0.1 * 1.5)
+    assert bandwidth.bus_bandwidth(1 << 20, 1.0, 2) == bandwidth.algorithm_bandwidth(1 << 20, 1.0)
+    assert bandwidth.bus_bandwidth(1 << 20, 1.0, 1) == 0
+    with pytest.raises(ValueError, match="seconds must be positive"):
+        bandwidth.algorithm_bandwidth(1, 0)
+
+
+def test_alpha_beta_fit_recovers_the_model():
+    truth = bandwidth.AlphaBeta(alpha=50e-6, beta=1 / 1.5e9, world_size=4)
+    sizes = [1 << k for k in range(10, 27, 2)]
+    noisy = [truth.seconds(n) * (1 + 0.02 * math.sin(k)) for k, n in enumerate(sizes)]
+    fit = bandwidth.fit_alpha_beta(sizes, noisy, 4)
+    assert fit.alpha == pytest.approx(truth.alpha, rel=0.1)
+    assert fit.beta == pytest.approx(truth.beta, rel=0.1)
+    assert fit.latency_share(1 << 10) > 0.99 and fit.latency_share(64 << 20) < 0.01
+    assert fit.busbw(1 << 30) == pytest.approx(1 / fit.beta, rel=0.01)  # large messages: 1 / beta
+    # half the peak bus bandwidth at the size where the two terms are equal
+    assert fit.busbw(fit.half_bandwidth_bytes) == pytest.approx(0.5 / fit.beta, rel=1e-6)
+    with pytest.raises(ValueError, match="world_size >= 2"):
+        bandwidth.fit_alpha_beta(sizes, noisy, 1)
+    with pytest.raises(ValueError, match="at least two different message sizes"):
+        bandwidth.fit_alpha_beta([1024], [1e-4], 2)
+
+
+def small_sweep():
+    return bandwidth.sweep({"gloo": dist.all_reduce, "ring": ring_all_reduce}, [1 << 10, 1 << 16], repeats=2)
+
+
+def test_sweep_rows():
+    rows = launch(small_sweep, world_size=2, timeout=60)[0]
+    assert [(r["name"], r["nbytes"]) for r in rows] == [("gloo", 1024), ("ring", 1024),
+                                                       ("gloo", 65536), ("ring", 65536)]
+    for r in rows:
+        assert r["seconds"] > 0 and r["world_size"] == 2
+        assert r["busbw"] == pytest.approx(bandwidth.bus_bandwidth(r["nbytes"], r["seconds"], 2))
+    fig = bandwidth.plot(rows, {"gloo": bandwidth.AlphaBeta(1e-4, 1e-9, 2)})
+    assert len(fig.axes[0].lines) == 3
+
+
+# --- starting a group: clear errors -------------------------------------------------------
+
+def init_alone(port, timeout, rank=0):
+    try:
+        init_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=timeout)
+    except GroupInitError as exc:
+        return exc.reason, str(exc)
+    return None
+
+
+def test_a_rank_that_never_joins():
+    port = free_port()
+    reason, message = launch(init_alone, port, 1, world_size=1, init_group=False, timeout=60)[0]
+    assert reason == "ranks missing"
+    assert message.startswith(f"only 1 of 2 ranks joined the group at 127.0.0.1:{port} within 1 s")
+
+
+def test_a_rank_whose_rank_0_never_starts():
+    port = free_port()
+    reason, message = launch(init_alone, port, 1, 1, world_size=1, init_group=False, timeout=60,
+                             show_output=False)[0]
+    assert reason == "ranks missing"
+    assert message.startswith(f"nobody answered at 127.0.0.1:{port} within 1 s. Rank 0 hosts the rendezvous")
+
+
+def test_other_init_errors_are_not_disguised():
+    with pytest.raises(ValueError, match="unknown backend 'glo'"):
+        init_group("glo", init_method="tcp://127.0.0.1:1", rank=0, world_size=1)
+    with pytest.raises(RuntimeError, match="No rendezvous handler for bogus://") as info:
+        init_group("gloo", init_method="bogus://x", rank=0, world_size=1)
+    assert not isinstance(info.value, GroupInitError)  # passed on as PyTorch raised it
+
+
+def test_a_port_already_in_use():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        reason, message = launch(init_alone, port, 5, world_size=1, init_group=False, timeout=60)[0]
+    assert reason == "port in use"
+    assert message.startswith(f"the rendezvous address 127.0.0.1:{port} is already in use")
+
+
+def init_without_torchrun():
+    import os
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        os.environ.pop(name, None)
+    try:
+        init_group("gloo")
+    except GroupInitError as exc:
+        return exc.reason, str(exc)
+
+
+def test_env_init_without_torchrun_names_the_missing_variables():
+    reason, message = launch(init_without_torchrun, world_size=1, init_group=False, timeout=60)[0]
+    assert reason == "environment"
+    assert message.startswith("init_method='env://' reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT "
+                              "from the environment, and they are not set. Start the script with torchrun")
+
+
+def test_a_world_size_the_devices_cannot_serve():
+    with pytest.raises(ValueError, match="backend='nccl' needs"):
+        init_group("nccl", init_method="tcp://127.0.0.1:1", rank=0, world_size=4096)
+    assert not dist.is_initialized()
+
+
+# --- the quiz's computable answers are what the code computes ------------------------------
+
+def _answer(number):
+    from course_utils import quiz
+    q = quiz.load(2).questions[number - 1]
+    return q.options[q.answer]
+
+
+def test_quiz_bytes_sent_and_bus_bandwidth():
+    from course_utils.collectives import bytes_sent_per_rank
+    assert bytes_sent_per_rank((64 << 20) // 4, 4, 4) == 96 << 20 and _answer(2) == "96 MB"
+    assert bytes_sent_per_rank(7, 4, 3, rank=0) == 4 * (3 + 2 + 2 + 3)  # chunks [3, 2, 2]
+    gbps = bandwidth.bus_bandwidth(64 << 20, 0.1, 4) / 1e9
+    assert _answer(3) == f"about {gbps:.1f} GB/s"
+
+
+def test_quiz_all_to_all_and_latency_bound():
+    after = launch(demos.demo_all_to_all, world_size=4, timeout=60)[1][1]
+    assert _answer(4) == f"`{after}`"
+    typical = bandwidth.AlphaBeta(alpha=50e-6, beta=1 / 1e9, world_size=4)  # loopback-like figures
+    assert typical.latency_share(1 << 10) > 0.9 and _answer(6).startswith("Latency")
+
+
+def test_quiz_backend_for_more_ranks_than_gpus(monkeypatch):
+    import importlib
+    devices = importlib.import_module("course_utils.devices")  # the module (the package exports a function of that name)
+    monkeypatch.setattr(devices, "gpu_count", lambda: 2)
+    monkeypatch.setattr(devices.dist, "is_nccl_available", lambda: True)
+    assert devices.pick_backend(4) == "gloo" and devices.pick_backend(2) == "nccl"
+    with pytest.raises(ValueError, match="needs one GPU per rank"):
+        devices.pick_backend(4, "nccl")
+    assert _answer(8) == "`gloo`"

@@ -1,0 +1,122 @@
+"""The launchers, for real: torchrun on one node and on two "nodes" on localhost, the deprecated
+torch.distributed.launch, torch.multiprocessing.spawn, and the runner's failures and clean-up."""
+import json
+import os
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from course_utils.collectives import free_port
+from course_utils.scripts import hello, runner
+
+EXPECTED_SUM = [sum(r + 1 for r in range(4)) * k for k in range(1, 9)]  # rank r holds (r+1)*[1..8]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def one_node():
+    return runner.run_torchrun(nproc_per_node=4, timeout=120)
+
+
+def test_torchrun_one_node_sets_the_environment(one_node):
+    assert one_node.commands == ["torchrun --nproc-per-node 4 --standalone -m course_utils.scripts.hello --out OUT"]
+    assert [r["rank"] for r in one_node.reports] == [0, 1, 2, 3]
+    for rank, r in enumerate(one_node.reports):
+        env = r["env"]
+        assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"], env["GROUP_RANK"]) == \
+            (str(rank), str(rank), "4", "4", "0")
+        assert env["MASTER_ADDR"] and env["MASTER_PORT"].isdigit()
+        assert r["backend"] == "gloo" and r["world_size"] == 4
+        assert r["all_reduce"] == EXPECTED_SUM and r["ring_all_reduce"] == EXPECTED_SUM
+    assert {r["launcher_pid"] for r in one_node.reports} == set(one_node.launcher_pids)
+
+
+def test_two_nodes_on_localhost_form_one_world_that_agrees_with_one_node(one_node):
+    two = runner.run_torchrun(nproc_per_node=2, nnodes=2, rendezvous="static", timeout=120)
+    assert len(two.commands) == 2 and "--node-rank 1" in two.commands[1] and "PORT" in two.commands[0]
+    assert [r["rank"] for r in two.reports] == [0, 1, 2, 3]
+    for r in two.reports:
+        assert r["world_size"] == 4 and r["env"]["LOCAL_WORLD_SIZE"] == "2"
+        assert r["env"]["LOCAL_RANK"] == str(r["rank"] % 2)
+        assert r["env"]["GROUP_RANK"] == str(r["rank"] // 2)  # the node's number
+    # static rendezvous: --node-rank decides the node number; node 1's launcher ran ranks 2 and 3
+    assert [r["launcher_pid"] for r in two.reports] == [two.launcher_pids[0]] * 2 + [two.launcher_pids[1]] * 2
+    # same world, same numbers: the results agree with the single-node run
+    assert [r["all_reduce"] for r in two.reports] == [r["all_reduce"] for r in one_node.reports]
+    assert [r["ring_all_reduce"] for r in two.reports] == [r["ring_all_reduce"] for r in one_node.reports]
+
+
+def test_two_nodes_with_the_elastic_c10d_rendezvous():
+    two = runner.run_torchrun(nproc_per_node=1, nnodes=2, rendezvous="c10d", timeout=120)
+    assert "--rdzv-backend c10d --rdzv-endpoint 127.0.0.1:PORT" in two.commands[0]
+    assert [r["rank"] for r in two.reports] == [0, 1]
+    # the rendezvous numbers the nodes (whichever launcher it chose first): one rank each
+    assert sorted(r["launcher_pid"] for r in two.reports) == sorted(two.launcher_pids)
+    assert sorted(r["env"]["GROUP_RANK"] for r in two.reports) == ["0", "1"]
+    expected = [3.0 * k for k in range(1, 9)]  # (1 + 2) * [1..8]
+    assert all(r["all_reduce"] == expected == r["ring_all_reduce"] for r in two.reports)
+
+
+def test_deprecated_launch_passes_local_rank_as_an_argument():
+    run = runner.run_torchrun("course_utils.scripts.legacy_launch", nproc_per_node=2,
+                              launcher="torch.distributed.launch", timeout=120)
+    assert run.commands[0].startswith("python -m torch.distributed.launch --nproc-per-node 2")
+    assert [(r["argument"], r["LOCAL_RANK"], r["extra arguments"]) for r in run.reports] == \
+        [(0, "0", ["--local-rank=0"]), (1, "1", ["--local-rank=1"])]
+    assert "torch.distributed.launch is deprecated" in run.stderr[0]
+
+
+def test_mp_spawn_sets_no_environment_and_needs_explicit_ranks():
+    with tempfile.TemporaryDirectory() as out:
+        runner.spawn_and_wait(hello.spawned, (2, f"tcp://127.0.0.1:{free_port()}", out), nprocs=2, timeout=120)
+        reports = [json.loads(p.read_text()) for p in sorted(Path(out).glob("rank*.json"))]
+    assert [r["rank"] for r in reports] == [0, 1]
+    assert all(v is None for r in reports for v in r["env"].values())
+    assert reports[0]["all_reduce"] == [3.0 * k for k in range(1, 9)] == reports[1]["ring_all_reduce"]
+
+
+def test_port_in_use_names_the_problem():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(runner.LauncherError) as info:
+            runner.run_torchrun(nproc_per_node=1, nnodes=2, rendezvous="static",
+                                port=taken.getsockname()[1], timeout=120)
+    first = str(info.value).splitlines()[0]
+    assert first.startswith("launcher 0 of 2 exited with code 1 because its rendezvous port is already in use")
+
+
+def test_runner_stops_what_outlives_its_timeout():
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    quick = [sys.executable, "-c", "pass"]
+    with pytest.raises(runner.LauncherError, match=r"launcher\(s\) \[0\] of 2 were still running after 0.5 s"):
+        runner._run_together([sleeper, quick], timeout=0.5)
+
+
+def test_runner_stops_the_partners_of_a_failed_launcher(tmp_path):
+    pid_file = tmp_path / "pid"
+    sleeper = [sys.executable, "-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+               "time.sleep(60)"]
+    fails = [sys.executable, "-c", "import sys, time; time.sleep(0.5); sys.exit('boom')"]
+    with pytest.raises(runner.LauncherError, match=r"launcher 1 of 2 exited with code 1; the end of its stderr:\nboom"):
+        runner._run_together([sleeper, fails], timeout=60)
+    assert not _alive(int(pid_file.read_text()))
+
+
+def test_bad_runner_arguments():
+    with pytest.raises(ValueError, match="launcher must be one of torchrun, torch.distributed.launch"):
+        runner.run_torchrun(launcher="mpirun")
+    with pytest.raises(ValueError, match="--standalone is for one node"):
+        runner.run_torchrun(nnodes=2)
+    with pytest.raises(ValueError, match="rendezvous must be 'standalone', 'static' or 'c10d'"):
+        runner.run_torchrun(rendezvous="etcd")
