@@ -1,0 +1,166 @@
+"""The hybrid DLRM: model-parallel embedding tables, data-parallel (DDP) dense layers.
+
+    every rank: its own rows of the global batch  dense [B, 13], sparse [B, T]
+        sparse --sharded lookup (all-to-all out and back)--> embedded [B, T, D]
+        dense, embedded --DDP(bottom MLP, interaction, top MLP)--> logit [B]
+
+The tables are split over the ranks (``course_utils.sharding``): each rank holds
+``1/W`` of them, and the ids and pooled vectors travel. The MLPs are small, so every
+rank holds a copy, wrapped in ``DistributedDataParallel``, which averages their
+gradients over the ranks. The embedding gradients arrive *summed* over the ranks
+through the reverse all-to-all; a hook divides them by ``W`` so that both parts get
+the gradient of the mean loss over the global batch: exactly what single-process
+training computes, so the two train the same model.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+import torch._dynamo  # noqa: F401  DDP and the optimizers import it on first use: once here, before
+import torch.distributed as dist  # the ranks fork, instead of once per rank (1.5 s each, more when busy)
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from . import sharding
+from .checkpoint import settle_ddp_buckets
+from .data import Batch, ClickLogs
+from .metrics import Timer, auc, logloss
+from .models import DLRM, DLRMConfig
+from .train import History, make_optimizer, predict, train_step
+
+__all__ = ["DenseArch", "HybridDLRM", "local_rows", "train_hybrid", "evaluate_hybrid"]
+
+
+class DenseArch(nn.Module):
+    """A DLRM without its tables: ``forward(dense [B, n_dense], embedded [B, T, D]) -> logit [B]``.
+
+    The interaction and the top MLP are the DLRM's own code (``DLRM.interact`` and
+    ``DLRM.interact_and_predict``), borrowed rather than copied.
+    """
+    interact = DLRM.interact
+    interact_and_predict = DLRM.interact_and_predict
+
+    def __init__(self, model: DLRM):
+        super().__init__()
+        self.bottom, self.top = copy.deepcopy(model.bottom), copy.deepcopy(model.top)
+        self.register_buffer("_upper_i", model._upper_i.clone(), persistent=False)
+        self.register_buffer("_upper_j", model._upper_j.clone(), persistent=False)
+
+    def forward(self, dense: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
+        return self.interact_and_predict(self.bottom(dense), embedded)
+
+
+def _dense_source(model_or_config, seed: int) -> DLRM:
+    """The DLRM whose MLPs the ranks copy: the model itself, or (for a config) a DLRM of
+    the same shape with one-row tables, so that no rank allocates the real tables."""
+    if isinstance(model_or_config, DLRM):
+        return model_or_config
+    if isinstance(model_or_config, DLRMConfig):
+        c = model_or_config
+        return DLRM([1] * c.n_tables, n_dense=c.n_dense, embedding_dim=c.embedding_dim,
+                    bottom_mlp=c.bottom_mlp, top_mlp=c.top_mlp, seed=seed)
+    raise TypeError(f"expected a DLRM or a DLRMConfig, got {type(model_or_config).__name__}")
+
+
+class HybridDLRM(nn.Module):
+    """A DLRM trained by ``W`` ranks: sharded tables + DDP-replicated MLPs. Build it in every rank.
+
+    model_or_config: a :class:`DLRM` (each rank copies its shards and the MLPs from it:
+        the same start as single-process training), or a :class:`DLRMConfig` (shards
+        initialised on each rank, no rank ever holds a whole table).
+    kind: ``"table_wise"``, ``"row_wise"`` or ``"column_wise"``; ``split``: row-wise ``"range"``/``"hash"``.
+    budget: a ``sharding.MemoryBudget`` checked before the tables are allocated.
+    ``forward(dense [B, n_dense], sparse [B, T]) -> logit [B]`` on this rank's rows (computed on
+    ``sharding.rank_device()``, returned on the input's device).
+    """
+
+    def __init__(self, model_or_config, kind: str = "row_wise", *, split: str = "range", seed: int = 0,
+                 budget: sharding.MemoryBudget | None = None):
+        super().__init__()
+        source = _dense_source(model_or_config, seed)
+        config = model_or_config.config if isinstance(model_or_config, DLRM) else model_or_config
+        self.world_size = dist.get_world_size()
+        options = {"split": split} if kind == "row_wise" else {}
+        self.plan = sharding.make_plan(kind, config.cardinalities, config.embedding_dim, self.world_size, **options)
+        dense = DenseArch(source)
+        self.embeddings = sharding.shard_embeddings(
+            self.plan, model_or_config if isinstance(model_or_config, DLRM) else None, seed=seed,
+            budget=budget, extra_values=sum(p.numel() for p in dense.parameters()))
+        device = sharding.rank_device()
+        self.dense = DDP(dense.to(device), device_ids=[device.index] if device.type == "cuda" else None,
+                         gradient_as_bucket_view=True)
+        c = self.plan  # same buckets in a fresh run and a resumed one (see settle_ddp_buckets)
+        settle_ddp_buckets(self.dense, torch.zeros(1, config.n_dense, device=device),
+                           torch.zeros(1, c.n_tables, c.dim, device=device))
+
+    def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
+        device = sharding.rank_device()
+        embedded = self.embeddings(sparse.to(device))
+        if embedded.requires_grad:  # summed over ranks on the way back: make it the mean, like DDP
+            embedded.register_hook(lambda grad: grad / self.world_size)
+        return self.dense(dense.to(device), embedded).to(dense.device)  # logits where the input was
+
+
+def local_rows(batch: Batch, rank: int, world_size: int) -> Batch:
+    """Rank ``rank``'s equal, contiguous share of a global batch (``B`` must divide by ``W``)."""
+    n = len(batch.label)
+    if n % world_size:
+        raise ValueError(f"a batch of {n} rows cannot be split equally over {world_size} ranks; "
+                         f"use a batch size and a data size that are multiples of {world_size}")
+    rows = slice(rank * n // world_size, (rank + 1) * n // world_size)
+    return Batch(batch.dense[rows], batch.sparse[rows], batch.label[rows])
+
+
+def evaluate_hybrid(model: HybridDLRM, data: ClickLogs, batch_size: int = 8192) -> dict:
+    """AUC and logloss over all of ``data``: each rank predicts its contiguous share, then
+    the predictions are gathered (every rank returns the same numbers). ``len(data)``
+    must divide by ``W``."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if len(data) % world:
+        raise ValueError(f"{len(data)} evaluation rows cannot be split equally over {world} ranks; "
+                         f"use a multiple of {world}")
+    share = len(data) // world
+    device = sharding.rank_device()                        # NCCL gathers CUDA tensors only
+    mine = torch.from_numpy(predict(model, data[rank * share:(rank + 1) * share], batch_size // world)).to(device)
+    everyone = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(everyone, mine)
+    probs = torch.cat(everyone).cpu().numpy()
+    return {"auc": auc(data.label, probs), "logloss": logloss(data.label, probs)}
+
+
+def train_hybrid(model: HybridDLRM, data: ClickLogs, *, epochs: int = 1, batch_size: int = 1024,
+                 lr: float = 1e-3, optimizer: str | torch.optim.Optimizer = "adam", seed: int = 0,
+                 eval_data: ClickLogs | None = None,
+                 budget: sharding.MemoryBudget | None = None) -> History:
+    """:func:`course_utils.train.train`, on ``W`` ranks: the same global batches (``batch_size``
+    rows, shuffled with ``seed + epoch``), each rank training on its share with
+    ``train.train_step``. Run it in every rank; every rank returns the same History (losses
+    averaged over the ranks). ``optimizer``: a name for ``train.make_optimizer`` (with ``lr``) or
+    an optimizer over ``model.parameters()``. With ``budget``, the memory a rank really holds is
+    checked after the first step."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if len(data) % batch_size % world:
+        raise ValueError(f"the last batch ({len(data) % batch_size} rows) cannot be split equally over "
+                         f"{world} ranks; use a number of rows that is a multiple of {world}")
+    opt = make_optimizer(model, optimizer, lr) if isinstance(optimizer, str) else optimizer
+    history = History()
+    model.train()
+    for epoch in range(epochs):
+        with Timer() as timer:
+            losses = []
+            for batch in data.batches(batch_size, shuffle=True, seed=seed + epoch):
+                losses.append(train_step(model, opt, local_rows(batch, rank, world)))
+                if budget is not None and len(history.step_loss) + len(losses) == 1:
+                    budget.enforce(model, opt)
+            mean = torch.tensor(losses, dtype=torch.float64, device=sharding.rank_device())
+            dist.all_reduce(mean)
+        history.seconds += timer.seconds
+        history.samples += len(data)
+        history.step_loss += (mean / world).cpu().tolist()
+        record = {"epoch": epoch + 1, "train_loss": float(np.mean(history.step_loss[-len(losses):]))}
+        if eval_data is not None:
+            record.update(evaluate_hybrid(model, eval_data))
+        history.epochs.append(record)
+    return history

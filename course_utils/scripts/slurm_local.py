@@ -1,0 +1,62 @@
+"""Run a SLURM batch script on this one machine, with stand-ins for ``srun`` and ``scontrol``.
+
+A real cluster runs ``sbatch job.sbatch``: SLURM picks the nodes, sets ``SLURM_*``
+variables and runs the script on the first node, whose ``srun`` starts one task per
+node. Here ``run_sbatch_locally`` sets the same variables, puts two tiny shell
+stand-ins first on ``PATH`` (``scontrol show hostnames`` prints ``127.0.0.1`` once per
+"node"; ``srun`` starts its command once per "node" with ``SLURM_NODEID`` / ``SLURM_PROCID``
+set, and fails if any copy fails) and runs the script with ``bash``, with a timeout,
+through the chapter 02 runner (the whole process group is killed on failure).
+"""
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tempfile
+from pathlib import Path
+
+from ..collectives import free_port
+from . import runner
+
+__all__ = ["run_sbatch_locally", "FAKE_SRUN", "FAKE_SCONTROL"]
+
+FAKE_SCONTROL = """#!/bin/bash
+# stand-in for `scontrol show hostnames LIST`: this machine, once per node
+for ((i = 0; i < SLURM_NNODES; i++)); do echo 127.0.0.1; done
+"""
+
+FAKE_SRUN = """#!/bin/bash
+# stand-in for `srun [options] CMD...`: CMD once per node, in parallel; fail if any copy fails
+while [[ "$1" == -* ]]; do shift; done
+pids=()
+for ((node = 0; node < SLURM_NNODES; node++)); do
+    SLURM_NODEID=$node SLURM_PROCID=$node SLURM_LOCALID=0 "$@" &
+    pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+exit $status
+"""
+
+
+def run_sbatch_locally(script: str | os.PathLike, *, nodes: int = 2, env: dict | None = None,
+                       timeout: float = 180.0) -> tuple[str, str]:
+    """Run ``bash script`` as SLURM would on ``nodes`` nodes (all of them this machine).
+
+    env: extra variables (e.g. ``GPUS_PER_NODE``, ``CKPT_DIR``, ``TRAIN_ARGS``).
+    ``MASTER_PORT`` is a free port unless given. Returns the script's (stdout, stderr);
+    raises ``runner.LauncherError`` if it fails or outlives ``timeout``.
+    """
+    with tempfile.TemporaryDirectory(prefix="course_slurm_") as shims:
+        for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+            path = Path(shims) / name
+            path.write_text(text)
+            path.chmod(path.stat().st_mode | stat.S_IXUSR)
+        variables = {"SLURM_NNODES": str(nodes), "SLURM_JOB_NODELIST": f"localhost[1-{nodes}]",
+                     "SLURM_JOB_ID": "4242", "MASTER_PORT": str(free_port()),
+                     "PATH": os.pathsep.join([shims, str(Path(sys.executable).parent), os.environ["PATH"]]),
+                     **(env or {})}
+        command = ["env", *(f"{k}={v}" for k, v in variables.items()), "bash", str(script)]
+        (outputs,), _ = runner._run_together([command], timeout)
+    return outputs

@@ -1,0 +1,67 @@
+"""Fault tolerance with the real torchrun: a rank killed with SIGKILL mid-training, a restart from
+the last checkpoint, and the same final weights as an uninterrupted run; the SLURM template run
+on two "nodes" of this machine."""
+from pathlib import Path
+
+import torch
+
+from course_utils import launch
+from course_utils.scripts import elastic_run, elastic_train, slurm_local
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "templates" / "slurm_torchrun.sbatch"
+KILL = ["--kill-rank", "1", "--kill-at-step", "14"]          # 16 steps, checkpoints every 5
+
+
+def _uninterrupted(tmp_path, *args):
+    """The same training under course_utils.launch, never interrupted: the final weights."""
+    out = tmp_path / "uninterrupted"
+    out.mkdir()
+    return launch(elastic_train.train, elastic_train.parse(["--out", str(out), *args]), world_size=2, timeout=120)[0]
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_killed_rank_restarts_from_checkpoint_and_ends_like_an_uninterrupted_run(tmp_path):
+    run = elastic_run.run_elastic(tmp_path / "job", max_restarts=1, timeout=240, script_args=KILL)
+    assert run.commands == ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc-per-node 2 "
+                            "--max-restarts 1 -m course_utils.scripts.elastic_train --out OUT " + " ".join(KILL)]
+    assert elastic_run.timeline(run.events) == [
+        "attempt 0: ranks [0, 1] started from scratch",
+        "  steps 1..13 done by every rank",
+        "  rank 0 saved checkpoints at steps [5, 10]",
+        "  rank 1 killed itself with SIGKILL before step 14; torchrun stopped the other ranks and restarted all of them",
+        "attempt 1: ranks [0, 1] resumed from the checkpoint of step 10",
+        "  steps 11..16 done by every rank",
+        "  rank 0 saved checkpoints at steps [15]",
+        "  finished at step 16 on ranks [0, 1]",
+    ]
+    # steps 11-13 ran twice; the second time saw the same batches and computed the same losses
+    assert [e["restart_count"] for e in run.events if e["event"] == "resumed"] == [1, 1]   # one node: both 1
+    loss = {(e["attempt"], e["rank"], e["step"]): e["loss"] for e in run.events if e["event"] == "step"}
+    assert all(loss[0, r, s] == loss[1, r, s] for r in (0, 1) for s in (11, 12, 13))
+    final = torch.load(run.out / "final.pt", weights_only=True)
+    assert _same(final, _uninterrupted(tmp_path))
+
+
+def test_slurm_template_trains_on_two_local_nodes(tmp_path):
+    text = TEMPLATE.read_text()
+    assert "scontrol show hostnames" in text and "srun" in text and "--rdzv-backend c10d" in text
+    small = ["--rows", "1024", "--epochs", "1", "--checkpoint-every", "2"]
+    out = tmp_path / "ckpt"
+    slurm_local.run_sbatch_locally(TEMPLATE, nodes=2, timeout=240, env={
+        "GPUS_PER_NODE": "1", "CKPT_DIR": str(out), "TRAIN_ARGS": " ".join(small)})
+    events = elastic_run.read_events(out)
+    assert {e["node"] for e in events if e["event"] == "started"} == {"0", "1"}   # one rank per node
+    final = torch.load(out / "final.pt", weights_only=True)
+    assert _same(final, _uninterrupted(tmp_path, *small))
+
+
+def test_quiz_08_redone_steps_follow_from_the_checkpoint_interval():
+    from course_utils import quiz
+
+    answer = {q.number: q.options[q.answer] for q in quiz.load(8).questions}[5]
+    every, killed_before = 5, 14
+    last_saved = (killed_before - 1) // every * every
+    assert answer == "Steps " + ", ".join(map(str, range(last_saved + 1, killed_before - 1))) + f" and {killed_before - 1}"
