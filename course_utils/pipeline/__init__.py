@@ -1,0 +1,30 @@
+"""Pipeline parallelism: schedules as data, a simulator, a real executor, plots.
+
+    from course_utils.pipeline import one_f_one_b, simulate, Costs, run_schedule
+
+    schedule = one_f_one_b(p=4, m=8)        # per device, the ordered F/B actions
+    timeline = simulate(schedule, Costs())  # per device, timed events
+    timeline.bubble_fraction, timeline.peak_activations(), timeline.plot()
+    run_schedule(schedule, MLPConfig(...))  # real processes, the same Timeline, measured
+
+Modules: ``schedules`` (actions, the four schedules, validation), ``lowering``
+(receive / compute / send programs, deadlock check), ``timeline`` (the Timeline
+type), ``simulate`` (costs, simulator, formulas), ``plot``, ``trace`` (Chrome /
+Perfetto JSON), ``mlp`` (the model cut into stages), ``executor`` (real
+processes), ``torch_pipelining`` (the same through torch.distributed.pipelining).
+"""
+from .executor import MeasuredRun, PipelineRun, run_schedule, run_schedules
+from .lowering import Op, check_lowered, lower
+from .mlp import MLPConfig, reference_step
+from .schedules import (SCHEDULES, Action, Schedule, gpipe, interleaved_1f1b, one_f_one_b, run_in_order,
+                        validate, zero_bubble_h1)
+from .simulate import (Costs, expected_bubble_fraction, gpipe_bubble_fraction, interleaved_bubble_ratio,
+                       measured_costs, simulate, zb_h1_bubble_time)
+from .timeline import Event, Timeline
+from .trace import chrome_trace
+
+__all__ = ["Action", "Schedule", "gpipe", "one_f_one_b", "interleaved_1f1b", "zero_bubble_h1", "SCHEDULES",
+           "validate", "run_in_order", "Op", "lower", "check_lowered", "Event", "Timeline", "Costs", "simulate",
+           "expected_bubble_fraction", "gpipe_bubble_fraction", "interleaved_bubble_ratio", "zb_h1_bubble_time",
+           "measured_costs", "MLPConfig", "reference_step", "MeasuredRun", "PipelineRun", "run_schedule", "run_schedules",
+           "chrome_trace"]

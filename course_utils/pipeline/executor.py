@@ -1,0 +1,261 @@
+"""Run a schedule for real: one process per device, stages exchanging tensors.
+
+Each process holds its stages of the model (stage n on device n % p) and
+executes its part of ``lower(schedule)``: a receive waits for its tensor
+(``irecv`` + ``wait``), a compute runs F, B or W of one stage on one
+micro-batch and is timed, a send is posted with ``isend`` and not waited for
+until the end of the step. Non-blocking sends are what makes every valid
+schedule deadlock-free (see ``lowering``). Each message has its own tag, so
+several in flight between the same two processes cannot be confused.
+
+B without W (GPipe, 1F1B, interleaved) is ``autograd.backward``: input and
+weight gradients together. Zero-bubble schedules split it by hand for the
+``nn.Linear`` layers: B asks autograd only for dL/dx and for each Linear's
+output gradient g [b, out]; W later forms dL/dW += g^T a and dL/db += sum(g)
+from the saved layer input a [b, in].
+
+``run_schedule`` returns the measured ``Timeline`` (ms), the same type the
+simulator returns, plus the loss and gradients to compare with one process;
+``run_schedules`` runs several schedules on the same processes, a step of each
+in turn, so that they are compared on the same machine state.
+Tested on gloo (CPU). With one GPU per process ``launch`` picks NCCL, which
+matches messages by order rather than by tag and may stall a large send whose
+receiver is itself stuck in a send to it; Megatron-LM avoids that by posting a
+send together with the receive that follows it (``batch_isend_irecv``).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..devices import devices
+from ..launcher import launch
+from .lowering import consumer_stage, lower
+from .mlp import MLPConfig, loss_fn
+from .schedules import KINDS, Action, Schedule, validate
+from .timeline import Event, Timeline
+
+
+class StageWorker:
+    """One stage's module and what it keeps between its F, B and W actions.
+
+    ``saved[j]``: micro-batch j's input x [b, width], the root of its graph
+    (output, or loss on the last stage) and, for split backward, each Linear's
+    (module, input a, output h); after B, each Linear's (module, a, g = dL/dh).
+    """
+
+    def __init__(self, module: nn.Module, stage: int, num_stages: int, m: int, split_backward: bool):
+        self.module, self.stage, self.m = module, stage, m
+        self.is_first, self.is_last = stage == 0, stage == num_stages - 1
+        self.linears = [mod for mod in module.modules() if isinstance(mod, nn.Linear)]
+        if split_backward:
+            in_linears = {id(p) for lin in self.linears for p in lin.parameters()}
+            others = [n for n, p in module.named_parameters() if id(p) not in in_linears]
+            if others:
+                raise ValueError(f"a split backward (B, W) is written here for nn.Linear layers only; "
+                                 f"stage {stage} also has parameters {others[:3]}")
+        self.split_backward = split_backward
+        self.saved: dict = {}
+        self.losses: list[float] = []
+
+    def forward(self, j: int, x: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor | None:
+        """F(n,j): returns the activation to send on ([b, width]), or None on the last stage."""
+        if not self.is_first:
+            x.requires_grad_(True)
+        records = []
+        hooks = [lin.register_forward_hook(lambda mod, inp, out: records.append((mod, inp[0], out)))
+                 for lin in self.linears] if self.split_backward else []
+        out = self.module(x)
+        for h in hooks:
+            h.remove()
+        root = loss_fn(out, target) / self.m if self.is_last else out
+        if self.is_last:
+            self.losses.append(root.item())
+        self.saved[j] = (x, root, records)
+        return None if self.is_last else out.detach()
+
+    def backward(self, j: int, grad: torch.Tensor | None) -> torch.Tensor | None:
+        """B(n,j): from dL/d(output) (None on the last stage) to dL/dx, to send upstream.
+        Without split, weight gradients are accumulated too; with split, saved for W."""
+        x, root, records = self.saved[j]
+        if not self.split_backward:
+            del self.saved[j]
+            torch.autograd.backward(root, grad)
+            return None if self.is_first else x.grad
+        wanted = ([] if self.is_first else [x]) + [h for _, _, h in records]
+        grads = torch.autograd.grad(root, wanted, grad)
+        grad_x, grad_h = (None, grads) if self.is_first else (grads[0], grads[1:])
+        self.saved[j] = [(lin, a.detach(), g) for (lin, a, _), g in zip(records, grad_h)]
+        return grad_x
+
+    def weight(self, j: int) -> None:
+        """W(n,j): weight gradients of micro-batch j from the saved inputs and output gradients."""
+        for lin, a, g in self.saved.pop(j):
+            for param, value in ((lin.weight, g.t() @ a), (lin.bias, g.sum(0))):
+                if param is not None:
+                    param.grad = value if param.grad is None else param.grad + value
+
+    def run(self, action: Action, received: torch.Tensor | None, target: torch.Tensor | None):
+        if action.kind == "F":
+            return self.forward(action.microbatch, received, target)
+        if action.kind == "B":
+            return self.backward(action.microbatch, received)
+        return self.weight(action.microbatch)
+
+
+def _tag(action: Action, schedule: Schedule) -> int:
+    return (KINDS.index(action.kind) * schedule.num_stages + action.stage) * schedule.m + action.microbatch
+
+
+def run_step(program: list, workers: dict, schedule: Schedule, data: tuple, device: torch.device) -> tuple:
+    """One training step: this rank's lowered ``program`` (recv / compute / send ops).
+
+    ``workers``: stage -> StageWorker of this rank; ``data``: the micro-batches
+    (xs, ys); activations and gradients between stages have the targets' shape
+    [b, width]. Returns [(action, start ms, end ms)] and the step's wall time in ms.
+    """
+    s, rank, (xs, ys) = schedule, dist.get_rank(), data
+    inbox, outbox, pending, events = {}, {}, [], []
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    t0 = time.perf_counter()
+    for op in program:
+        if op.kind == "recv":                          # wait for the tensor this rank needs next
+            buffer = torch.empty(ys[0].shape, device=device)
+            dist.irecv(buffer, src=op.peer, tag=_tag(op.action, s)).wait()
+            inbox[op.action] = buffer
+        elif op.kind == "send":                        # post it and move on; wait at the end
+            tensor = outbox.pop(op.action)
+            pending.append((dist.isend(tensor, dst=op.peer, tag=_tag(op.action, s)), tensor))
+        else:
+            a = op.action
+            source = {"F": Action("F", a.stage - 1, a.microbatch), "B": Action("B", a.stage + 1, a.microbatch)}
+            first_f, last_f = a.kind == "F" and a.stage == 0, a.kind == "F" and a.stage == s.num_stages - 1
+            received = xs[a.microbatch].to(device) if first_f else inbox.pop(source.get(a.kind), None)
+            start = time.perf_counter()
+            out = workers[a.stage].run(a, received, ys[a.microbatch].to(device) if last_f else None)
+            sync()
+            events.append((a, (start - t0) * 1e3, (time.perf_counter() - t0) * 1e3))
+            nxt = consumer_stage(a)
+            if out is not None and 0 <= nxt < s.num_stages:   # to the next stage: here, or via a send op
+                (inbox if s.device_of(nxt) == rank else outbox)[a] = out.detach()
+    for work, _ in pending:
+        work.wait()
+    return events, (time.perf_counter() - t0) * 1e3
+
+
+class ScheduleRunner:
+    """One schedule on this rank: its stages (built from ``config``), their workers and
+    its lowered program. ``step()`` runs one training step; ``result()`` reports."""
+
+    def __init__(self, schedule: Schedule, config: MLPConfig, device: torch.device):
+        s, rank = schedule, dist.get_rank()
+        modules = config.stages(s.num_stages)
+        self.workers = {n: StageWorker(modules[n].to(device), n, s.num_stages, s.m, s.split_backward)
+                        for n in range(rank, s.num_stages, s.p)}
+        self.schedule, self.device, self.steps = s, device, []
+        self.data, self.program = config.microbatches(s.m), lower(s)[rank]
+
+    def step(self) -> None:
+        for w in self.workers.values():
+            w.module.zero_grad(set_to_none=True)
+            w.losses.clear()
+        dist.barrier()                                 # all ranks start the step together
+        self.steps.append(run_step(self.program, self.workers, self.schedule, self.data, self.device))
+
+    def result(self) -> dict:
+        """Per step (events, ms); the gradients by name; the last stage's micro-batch losses."""
+        workers = self.workers.values()
+        return {"steps": self.steps, "losses": [loss for w in workers for loss in w.losses],
+                "grads": {name: p.grad.cpu() for w in workers for name, p in w.module.named_parameters()}}
+
+
+def alternate(runners: list, steps: int) -> list[dict]:
+    """``steps`` steps of every runner, taking turns (one step of each, and again), so a
+    busy moment of a shared machine slows all of them alike. Returns their results."""
+    for _ in range(steps):
+        for runner in runners:
+            runner.step()
+    return [runner.result() for runner in runners]
+
+
+def pipeline_rank(schedules: list, config: MLPConfig, steps: int) -> list[dict]:
+    """What each process runs (under ``launch``): ``steps`` steps of each schedule, in turns."""
+    device = devices(schedules[0].p, quiet=True)[dist.get_rank()]
+    return alternate([ScheduleRunner(s, config, device) for s in schedules], steps)
+
+
+@dataclass
+class MeasuredRun:
+    """Wall times of the measured steps (ms, slowest rank), the loss, every gradient by name."""
+    step_times_ms: list
+    loss: float
+    grads: dict = field(repr=False)
+
+    @property
+    def step_time_ms(self) -> float:
+        """The median step time."""
+        return statistics.median(self.step_times_ms)
+
+
+@dataclass
+class PipelineRun(MeasuredRun):
+    """A measured run of the executor, with each step's ``Timeline`` (ms)."""
+    timelines: list = field(default_factory=list, repr=False)
+
+    @property
+    def timeline(self) -> Timeline:
+        """The timeline of the median step."""
+        n = len(self.step_times_ms)
+        return self.timelines[sorted(range(n), key=self.step_times_ms.__getitem__)[(n - 1) // 2]]
+
+    @property
+    def fastest(self) -> Timeline:
+        """The timeline of the fastest step: on a shared machine, the one other programs
+        disturbed least."""
+        return self.timelines[self.step_times_ms.index(min(self.step_times_ms))]
+
+
+def check_runnable(schedule: Schedule, config: MLPConfig, steps: int, warmup: int) -> None:
+    """Clear errors in this process, before any other process starts."""
+    validate(schedule)
+    config.stages(schedule.num_stages)
+    config.microbatches(schedule.m)
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+
+
+def collect(schedule: Schedule, results: list[dict], warmup: int) -> PipelineRun:
+    """Join the ranks' results of one schedule into a PipelineRun (warm-up steps dropped)."""
+    timelines, times = [], []
+    for k in range(warmup, len(results[0]["steps"])):
+        events = [Event(rank, a, start, end) for rank, r in enumerate(results) for a, start, end in r["steps"][k][0]]
+        timelines.append(Timeline(tuple(events), schedule.p, name=f"{schedule.name} (measured)", unit="ms",
+                                  meta={"p": schedule.p, "m": schedule.m, "v": schedule.v}))
+        times.append(max(r["steps"][k][1] for r in results))
+    grads = {name: g for r in results for name, g in r["grads"].items()}
+    return PipelineRun(times, sum(loss for r in results for loss in r["losses"]), grads, timelines)
+
+
+def run_schedules(schedules: list, config: MLPConfig = MLPConfig(), steps: int = 3, warmup: int = 1,
+                  timeout: float = 120.0) -> list[PipelineRun]:
+    """Run several schedules for the same ``p`` on the same processes, a step of each in
+    turn (a fair comparison on a shared machine): ``warmup`` untimed steps, then ``steps``
+    measured ones each (the same batch, no optimizer step, so every step computes the same)."""
+    if len({s.p for s in schedules}) != 1:
+        raise ValueError(f"schedules run together need the same p, got {[s.p for s in schedules]}")
+    for s in schedules:
+        check_runnable(s, config, steps, warmup)
+    results = launch(pipeline_rank, schedules, config, warmup + steps, world_size=schedules[0].p,
+                     timeout=timeout, show_output=False)
+    return [collect(s, [r[i] for r in results], warmup) for i, s in enumerate(schedules)]
+
+
+def run_schedule(schedule: Schedule, config: MLPConfig = MLPConfig(), steps: int = 3, warmup: int = 1,
+                 timeout: float = 120.0) -> PipelineRun:
+    """Run ``schedule`` on ``schedule.p`` processes (see ``run_schedules``)."""
+    return run_schedules([schedule], config, steps, warmup, timeout)[0]

@@ -1,0 +1,135 @@
+"""Pictures of timelines: Gantt charts, live activations, bubble sweeps.
+
+One colour per kind of action (F blue, B orange, W green; an interleaved
+device's later stages in lighter shades), ``F(n,m)`` written in a bar where it
+fits (else just m), idle time shaded grey with each device's idle share at the
+right, and under the chart the number of micro-batch activations each device
+holds over time.
+"""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.colors import to_rgb
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
+
+from .schedules import SCHEDULES
+from .simulate import Costs, expected_bubble_fraction, simulate
+
+COLORS = {"F": "#4C72B0", "B": "#DD8452", "W": "#55A868"}
+LEGEND = {"F": "F forward", "B": "B backward", "W": "W weight grad"}
+DPI = 80
+
+
+def _colour(kind: str, chunk: int, chunks: int):
+    """The kind's colour, mixed with white for later chunks of an interleaved device."""
+    mix = 0.5 * chunk / max(chunks - 1, 1)
+    return tuple(c + (1 - c) * mix for c in to_rgb(COLORS[kind]))
+
+
+def draw_gantt(timeline, ax, title: str | None = None, xmax: float | None = None, labels: bool = True) -> None:
+    """Draw ``timeline`` as a Gantt chart on ``ax``: one row per device, device 0 on top;
+    ``labels``: write F(n,m) (or m) in the bars where it fits."""
+    t0, span = timeline.start, timeline.makespan
+    p, v = timeline.num_devices, timeline.meta.get("v", 1)
+    xmax = xmax or span
+    ax.set_xlim(0, xmax * 1.09)
+    ax.set_ylim(p - 0.5, -0.5)
+    fig = ax.figure
+    points_per_unit = ax.get_position().width * fig.get_figwidth() * 72 / (xmax * 1.09)
+    for d in range(p):
+        ax.barh(d, span, left=0, height=0.8, color="#e4e4e4", linewidth=0)      # idle unless covered
+        ax.text(span + xmax * 0.01, d, f"idle\n{timeline.idle(d) / span:.0%}", va="center", fontsize=7, color="#555")
+    for e in timeline.events:
+        a = e.action
+        colour = _colour(a.kind, a.stage // p, v)
+        ax.barh(e.device, e.duration, left=e.start - t0, height=0.8, color=colour, edgecolor="white", linewidth=0.6)
+        width_pts = e.duration * points_per_unit
+        for label in (str(a), str(a.microbatch)) if labels else ():
+            if width_pts > 4.3 * len(label) + 2:
+                ax.text(e.start - t0 + e.duration / 2, e.device, label, ha="center", va="center", fontsize=7,
+                        color="white" if a.stage // p == 0 else "black")
+                break
+    kinds = sorted({e.action.kind for e in timeline.events}, key="FBW".index)
+    ax.legend(handles=[Patch(color=COLORS[k], label=LEGEND[k]) for k in kinds], fontsize=7, frameon=False,
+              loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_yticks(range(p), [f"device {d}" for d in range(p)], fontsize=8)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.set_title(title or f"{timeline.name}: bubble {timeline.bubble_fraction:.1%} of device time", fontsize=9)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def draw_activations(timeline, ax, xmax: float | None = None) -> None:
+    """Step curves of live activations per device on ``ax``."""
+    t0 = timeline.start
+    for d, peak in enumerate(timeline.peak_activations()):
+        steps = timeline.live_activations(d) + [(t0 + timeline.makespan, 0)]
+        offset = 0.06 * (d - (timeline.num_devices - 1) / 2)     # keeps equal curves apart
+        ax.step([t - t0 for t, _ in steps], [c + offset for _, c in steps], where="post", lw=1.3,
+                label=f"device {d} (peak {peak})")
+    ax.set_xlim(0, (xmax or timeline.makespan) * 1.09)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("live\nactivations", fontsize=8)
+    ax.set_xlabel(f"time ({timeline.unit})", fontsize=8)
+    ax.tick_params(labelsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def plot_timeline(timeline, ax=None, activations: bool = True, title: str | None = None):
+    """Gantt chart of ``timeline`` and, under it, its live-activation curves. Returns the figure."""
+    if ax is not None:
+        draw_gantt(timeline, ax, title)
+        return ax.figure
+    p = timeline.num_devices
+    rows = [0.42 * p + 0.5] + ([1.3] if activations else [])
+    fig, axes = plt.subplots(len(rows), 1, figsize=(9, sum(rows) + 0.5), dpi=DPI, sharex=True,
+                             gridspec_kw={"height_ratios": rows}, squeeze=False, layout="constrained")
+    draw_gantt(timeline, axes[0, 0], title)
+    if activations:
+        draw_activations(timeline, axes[1, 0])
+    else:
+        axes[0, 0].set_xlabel(f"time ({timeline.unit})", fontsize=8)
+    return fig
+
+
+def plot_timelines(timelines, activations: bool = False, labels: bool = True):
+    """Several timelines stacked on one time scale, so their lengths compare. Returns the figure."""
+    xmax = max(t.makespan for t in timelines)
+    rows = []
+    for t in timelines:
+        rows += [0.38 * t.num_devices + 0.45] + ([1.0] if activations else [])
+    fig, axes = plt.subplots(len(rows), 1, figsize=(9, sum(rows) + 0.3 * len(timelines)), dpi=DPI,
+                             gridspec_kw={"height_ratios": rows}, squeeze=False, layout="constrained")
+    axes = iter(axes[:, 0])
+    for t in timelines:
+        draw_gantt(t, next(axes), xmax=xmax, labels=labels)
+        if activations:
+            draw_activations(t, next(axes), xmax=xmax)
+    return fig
+
+
+def plot_bubble_sweep(p: int, ms, v: int = 2, costs: Costs = Costs()):
+    """Bubble fraction against the number of micro-batches m, for each schedule: simulated
+    (markers) and the formula (line). ``ms`` must be multiples of p (interleaved needs it)."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.4), dpi=DPI, layout="constrained")
+    for (key, make), marker in zip(SCHEDULES.items(), "osD^"):
+        simulated, formula = [], []
+        for m in ms:
+            schedule = make(p, m, v) if key == "interleaved_1f1b" else make(p, m)
+            c = costs.per_chunk(schedule.v)
+            simulated.append(simulate(schedule, c).bubble_fraction)
+            formula.append(expected_bubble_fraction(schedule, c))
+        line, = ax.plot(ms, formula, lw=1.2, alpha=0.8, ls="--" if key == "gpipe" else "-")
+        ax.plot(ms, simulated, marker, color=line.get_color(), ms=5, mfc="none",
+                label=f"{schedule.name}" + (f" (v={v})" if key == "interleaved_1f1b" else ""))
+    ax.set_xlabel("micro-batches m", fontsize=9)
+    ax.set_ylabel("bubble fraction", fontsize=9)
+    ax.set_title(f"p = {p} devices, F={costs.F:g} B={costs.B:g} W={costs.W:g}: simulated (markers), "
+                 "formula (lines)", fontsize=9)
+    ax.tick_params(labelsize=8)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, frameon=False)
+    return fig

@@ -1,0 +1,262 @@
+"""Pipeline schedules as data: which action each device runs, in which order.
+
+Notation (the course's): ``F(n,m)`` is the forward of stage ``n`` on micro-batch
+``m``, ``B(n,m)`` its backward, and, where the backward is split in two (zero
+bubble), ``B(n,m)`` computes only the *input* gradient (what stage ``n-1`` waits
+for) and ``W(n,m)`` the *weight* gradient (what nobody waits for). Stages and
+micro-batches count from 0. A schedule for ``p`` devices, ``m`` micro-batches and
+``v`` stages per device (``v > 1`` only for interleaved 1F1B) is, per device, an
+ordered list of actions; stage ``n`` lives on device ``n % p``.
+
+    gpipe(p, m)               all forwards, then all backwards
+    one_f_one_b(p, m)         warm up with p-1-d forwards, then alternate F and B
+    interleaved_1f1b(p, m, v) 1F1B over v smaller stages per device (Megatron-LM)
+    zero_bubble_h1(p, m)      1F1B with W deferred into the bubbles (Qi et al. 2023)
+
+``validate(schedule)`` checks that every action occurs exactly once, on the
+device that holds its stage, and that the per-device orders respect the
+dependencies (F(n,m) after F(n-1,m); B(n,m) after F(n,m) and B(n+1,m); W(n,m)
+after B(n,m)) without any device waiting forever.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+KINDS = ("F", "B", "W")
+
+
+class Action(NamedTuple):
+    """One unit of work: ``kind`` F, B or W, on ``stage`` n, for ``microbatch`` m."""
+    kind: str
+    stage: int
+    microbatch: int
+
+    def __repr__(self) -> str:
+        return f"{self.kind}({self.stage},{self.microbatch})"
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Per device (``devices[d]``), the ordered actions it runs.
+
+    p devices, m micro-batches, v stages per device (p * v stages in all;
+    stage n on device n % p). ``split_backward``: B is the input gradient only
+    and a separate W computes the weight gradient.
+    """
+    name: str
+    p: int
+    m: int
+    v: int
+    devices: tuple
+    split_backward: bool = False
+
+    @property
+    def num_stages(self) -> int:
+        return self.p * self.v
+
+    def device_of(self, stage: int) -> int:
+        return stage % self.p
+
+    def __str__(self) -> str:
+        head = f"{self.name}: p={self.p} devices, m={self.m} micro-batches, {self.num_stages} stages"
+        return "\n".join([head] + [f"  device {d}: " + " ".join(map(str, acts))
+                                   for d, acts in enumerate(self.devices)])
+
+
+def _check_whole(name: str, value, low: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+
+
+def _check_enough_microbatches(schedule: str, p: int, m: int) -> None:
+    if m < p:
+        raise ValueError(
+            f"{schedule} needs at least as many micro-batches as devices (m >= p), got m={m}, p={p}: "
+            f"with fewer, no device reaches the one-forward-one-backward phase. "
+            f"Use m >= {p}, or gpipe({p}, {m}).")
+
+
+def gpipe(p: int, m: int) -> Schedule:
+    """GPipe: each device runs F for all m micro-batches, then B for all of them.
+
+    Every device holds all m micro-batches' activations at its peak.
+    """
+    _check_whole("p", p)
+    _check_whole("m", m)
+    devices = tuple(tuple([Action("F", d, j) for j in range(m)] + [Action("B", d, j) for j in range(m)])
+                    for d in range(p))
+    return Schedule("GPipe", p, m, 1, devices)
+
+
+def _one_f_one_b_order(p: int, m: int, d: int) -> list[tuple[str, int]]:
+    """Device d's 1F1B order as (kind, micro-batch): p-1-d warm-up forwards, then
+    F(w+i), B(i) pairs, then the remaining backwards (cool-down)."""
+    warmup = p - 1 - d
+    order = [("F", j) for j in range(warmup)]
+    for i in range(m - warmup):
+        order += [("F", warmup + i), ("B", i)]
+    return order + [("B", j) for j in range(m - warmup, m)]
+
+
+def one_f_one_b(p: int, m: int) -> Schedule:
+    """1F1B (PipeDream-Flush): warm up, then one forward, one backward.
+
+    Device d starts p-1-d forwards, then alternates, so it never holds more
+    than p-d micro-batches' activations; the bubble equals GPipe's. Needs m >= p.
+    """
+    _check_whole("p", p)
+    _check_whole("m", m)
+    _check_enough_microbatches("one_f_one_b", p, m)
+    devices = tuple(tuple(Action(kind, d, j) for kind, j in _one_f_one_b_order(p, m, d)) for d in range(p))
+    return Schedule("1F1B", p, m, 1, devices)
+
+
+def interleaved_1f1b(p: int, m: int, v: int) -> Schedule:
+    """Interleaved 1F1B (Megatron-LM): each device holds v stages, n = d, d+p, .., d+(v-1)p.
+
+    Micro-batches go round in groups of p: the k-th forward on a device runs
+    chunk (k // p) % v on micro-batch (k // pv) p + k % p; backwards run the
+    chunks in reverse. Device d warms up with 2(p-1-d) + (v-1)p forwards. The
+    bubble shrinks v times, (p-1)/(vm) of the ideal time. Needs m a multiple of p.
+    """
+    _check_whole("p", p)
+    _check_whole("m", m)
+    _check_whole("v", v)
+    if v == 1:
+        return one_f_one_b(p, m)
+    _check_enough_microbatches("interleaved_1f1b", p, m)
+    if m % p:
+        raise ValueError(f"interleaved_1f1b needs m to be a multiple of p (micro-batches go round the "
+                         f"devices in groups of p), got m={m}, p={p}: use m={m - m % p} or m={m - m % p + p}")
+    devices = []
+    total = m * v
+
+    def stage_and_microbatch(d: int, k: int, backward: bool) -> tuple[int, int]:
+        chunk = (k // p) % v
+        return (v - 1 - chunk if backward else chunk) * p + d, (k // (p * v)) * p + k % p
+
+    for d in range(p):
+        warmup = min(2 * (p - 1 - d) + (v - 1) * p, total)
+        order = [("F", k) for k in range(warmup)]
+        for i in range(total - warmup):
+            order += [("F", warmup + i), ("B", i)]
+        order += [("B", k) for k in range(total - warmup, total)]
+        devices.append(tuple(Action(kind, *stage_and_microbatch(d, k, kind == "B")) for kind, k in order))
+    return Schedule("Interleaved 1F1B", p, m, v, tuple(devices))
+
+
+def zero_bubble_h1(p: int, m: int) -> Schedule:
+    """ZB-H1: 1F1B with each backward split into B (input gradient) and W (weight gradient).
+
+    Nobody waits for W, so device d postpones its first d weight gradients
+    (one W per step after that) and runs the rest at the end, where 1F1B idles.
+    Every device then holds up to p micro-batches (1F1B's device 0 peak), and
+    the bubble falls from (p-1)(F+B+W) to (p-1)(F+B-W). Needs m >= p.
+    """
+    _check_whole("p", p)
+    _check_whole("m", m)
+    _check_enough_microbatches("zero_bubble_h1", p, m)
+    devices = []
+    for d in range(p):
+        order, next_w, backwards = [], 0, 0
+        for kind, j in _one_f_one_b_order(p, m, d):
+            order.append(Action(kind, d, j))
+            if kind == "B":
+                backwards += 1
+                if backwards > d:          # after the first d backwards: one W per B
+                    order.append(Action("W", d, next_w))
+                    next_w += 1
+        order += [Action("W", d, j) for j in range(next_w, m)]
+        devices.append(tuple(order))
+    return Schedule("ZB-H1", p, m, 1, tuple(devices), split_backward=True)
+
+
+SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved_1f1b": interleaved_1f1b,
+             "zb_h1": zero_bubble_h1}
+
+
+def dependencies(action: Action, num_stages: int, split_backward: bool) -> list[Action]:
+    """The actions whose results ``action`` needs (on any device)."""
+    kind, n, j = action
+    if kind == "F":
+        return [Action("F", n - 1, j)] if n > 0 else []
+    if kind == "B":
+        return [Action("F", n, j)] + ([Action("B", n + 1, j)] if n < num_stages - 1 else [])
+    return [Action("B", n, j)]
+
+
+def validate(schedule: Schedule) -> Schedule:
+    """Raise ValueError, saying what is wrong, unless ``schedule`` is runnable; return it.
+
+    Checks: p lists of actions; each action's kind, stage and micro-batch in
+    range and on the device that holds its stage; every action exactly once; and
+    that running the lists in order, each action waiting for its dependencies,
+    finishes (no device waits for an action that can never run).
+    """
+    s = schedule
+    kinds = KINDS if s.split_backward else ("F", "B")
+    if len(s.devices) != s.p:
+        raise ValueError(f"{s.name}: expected action lists for {s.p} devices, got {len(s.devices)}")
+    seen: dict[Action, int] = {}
+    for d, actions in enumerate(s.devices):
+        for a in actions:
+            if a.kind not in kinds or not (0 <= a.stage < s.num_stages) or not (0 <= a.microbatch < s.m):
+                raise ValueError(f"{s.name}: device {d} has {a!r}; kinds are {'/'.join(kinds)}, stages "
+                                 f"0..{s.num_stages - 1}, micro-batches 0..{s.m - 1}")
+            if s.device_of(a.stage) != d:
+                raise ValueError(f"{s.name}: {a!r} is on device {d}, but stage {a.stage} lives on "
+                                 f"device {s.device_of(a.stage)} (stage n on device n % p)")
+            if a in seen:
+                raise ValueError(f"{s.name}: {a!r} occurs twice (device {d}); each action must run exactly once")
+            seen[a] = d
+    expected = {Action(k, n, j) for k in kinds for n in range(s.num_stages) for j in range(s.m)}
+    missing = sorted(expected - set(seen), key=lambda a: (a.stage, a.microbatch, a.kind))
+    if missing:
+        raise ValueError(f"{s.name}: missing {len(missing)} action(s), e.g. "
+                         + ", ".join(map(repr, missing[:5])))
+    blocked = run_in_order(s)
+    if blocked:
+        raise ValueError(f"{s.name}: deadlock, no device can go on: "
+                         + "; ".join(f"device {d} waits at {a!r} for {w!r}" for d, a, w in blocked))
+    return s
+
+
+def execution_order(schedule: Schedule) -> tuple[list[tuple[int, Action]], list[tuple[int, Action, Action]]]:
+    """Run every device's list in order, each action once its dependencies are done.
+
+    Returns the ``(device, action)`` pairs in an order in which each comes after its
+    dependencies, and, if some device got stuck, per stuck device (device, the
+    action it is stuck at, a dependency that has not run); else [].
+    """
+    s = schedule
+    position = [0] * s.p
+    done: set[Action] = set()
+    order = []
+    progress = True
+    while progress:
+        progress = False
+        for d, actions in enumerate(s.devices):
+            while position[d] < len(actions):
+                action = actions[position[d]]
+                if any(dep not in done for dep in dependencies(action, s.num_stages, s.split_backward)):
+                    break
+                done.add(action)
+                order.append((d, action))
+                position[d] += 1
+                progress = True
+    stuck = []
+    for d, actions in enumerate(s.devices):
+        if position[d] < len(actions):
+            action = actions[position[d]]
+            waiting = next(dep for dep in dependencies(action, s.num_stages, s.split_backward) if dep not in done)
+            stuck.append((d, action, waiting))
+    return order, stuck
+
+
+def run_in_order(schedule: Schedule) -> list[tuple[int, Action, Action]]:
+    """[] when every device's list runs to the end, else each stuck device, the action it
+    is stuck at and a dependency that never ran (see ``execution_order``)."""
+    return execution_order(schedule)[1]

@@ -1,0 +1,108 @@
+"""Simulate a schedule: given what each action costs, when does each one run?
+
+Each device runs its actions in order. An action starts when its device is
+free and its dependencies have finished (plus ``comm`` when a dependency ran
+on another device, the time to move the activation or gradient). The result
+is a ``Timeline``, the same type the real executor measures.
+
+The textbook formulas the simulation reproduces (uniform stages, no comm):
+
+    GPipe, 1F1B         bubble fraction (p-1)/(m+p-1)       of devices x makespan
+    interleaved 1F1B    bubble ratio   (p-1)/(v m)          of the ideal (busy) time
+    ZB-H1               bubble time per device (p-1)(F+B-W) instead of (p-1)(F+B+W)
+                        (when W <= F and W <= B)
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+from .schedules import Schedule, dependencies, execution_order, validate
+from .timeline import Event, Timeline
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Time of one action of one stage. ``B``: the input gradient, ``W``: the weight
+    gradient; a schedule that does not split the backward runs both in one B, costing
+    B + W. ``comm``: delay to move a tensor between devices."""
+    F: float = 1.0
+    B: float = 1.0
+    W: float = 1.0
+    comm: float = 0.0
+
+    def __post_init__(self):
+        for name in ("F", "B", "W", "comm"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"cost {name} must be a number >= 0, got {getattr(self, name)!r}")
+
+    def of(self, kind: str, split_backward: bool) -> float:
+        if kind == "B" and not split_backward:
+            return self.B + self.W
+        return getattr(self, kind)
+
+    def per_chunk(self, v: int) -> "Costs":
+        """Costs of one of ``v`` equal pieces of a stage (interleaved), same comm."""
+        return Costs(self.F / v, self.B / v, self.W / v, self.comm)
+
+
+def simulate(schedule: Schedule, costs: Costs | Sequence[Costs] = Costs(), unit: str = "unit") -> Timeline:
+    """Timeline of ``schedule`` when every action costs what ``costs`` says: one ``Costs``
+    for all stages, or a list with one per stage (stages of unequal cost)."""
+    s = validate(schedule)
+    per_stage = [costs] * s.num_stages if isinstance(costs, Costs) else list(costs)
+    if len(per_stage) != s.num_stages:
+        raise ValueError(f"give one Costs for all stages or one per stage ({s.num_stages}), got {len(per_stage)}")
+    free_at, end, events = [0.0] * s.p, {}, []
+    for d, action in execution_order(s)[0]:          # each action after its dependencies
+        c = per_stage[action.stage]
+        deps = dependencies(action, s.num_stages, s.split_backward)
+        ready = max([end[dep] + (c.comm if s.device_of(dep.stage) != d else 0.0) for dep in deps], default=0.0)
+        start = max(free_at[d], ready)
+        end[action] = free_at[d] = start + c.of(action.kind, s.split_backward)
+        events.append(Event(d, action, start, end[action]))
+    return Timeline(tuple(events), s.p, name=s.name, unit=unit, meta={"p": s.p, "m": s.m, "v": s.v, "costs": costs})
+
+
+def measured_costs(timeline: Timeline, num_stages: int) -> list[Costs]:
+    """Per stage, the median measured duration of its F, B and W actions (comm 0): to
+    simulate a schedule with the costs a real run had. Without W actions, B is the
+    whole backward and W is 0."""
+    costs = []
+    for n in range(num_stages):
+        median = {k: statistics.median([e.duration for e in timeline.events
+                                         if e.action.stage == n and e.action.kind == k] or [0.0]) for k in "FBW"}
+        costs.append(Costs(median["F"], median["B"], median["W"]))
+    return costs
+
+
+def gpipe_bubble_fraction(p: int, m: int) -> float:
+    """GPipe and 1F1B: (p-1)/(m+p-1) of all device-time is idle."""
+    return (p - 1) / (m + p - 1)
+
+
+def interleaved_bubble_ratio(p: int, m: int, v: int) -> float:
+    """Interleaved 1F1B: idle time is (p-1)/(v m) of the busy time."""
+    return (p - 1) / (v * m)
+
+
+def zb_h1_bubble_time(p: int, costs: Costs) -> float:
+    """ZB-H1: each device idles (p-1)(F+B-W) (1F1B: (p-1)(F+B+W)), when W <= F and W <= B."""
+    if costs.W > min(costs.F, costs.B):
+        raise ValueError(f"the ZB-H1 formula assumes W <= F and W <= B, got {costs}")
+    return (p - 1) * (costs.F + costs.B - costs.W)
+
+
+def expected_bubble_fraction(schedule: Schedule, costs: Costs = Costs()) -> float:
+    """The formula's bubble fraction (idle / devices x makespan) for ``schedule``, no comm."""
+    p, m, v = schedule.p, schedule.m, schedule.v
+    if schedule.name in ("GPipe", "1F1B"):
+        return gpipe_bubble_fraction(p, m)
+    if schedule.name == "Interleaved 1F1B":
+        ratio = interleaved_bubble_ratio(p, m, v)
+        return ratio / (1 + ratio)
+    if schedule.name == "ZB-H1":
+        idle = zb_h1_bubble_time(p, costs)
+        return idle / (idle + m * (costs.F + costs.B + costs.W))
+    raise ValueError(f"no formula for a schedule named {schedule.name!r}")

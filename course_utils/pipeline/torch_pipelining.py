@@ -1,0 +1,111 @@
+"""The same model and batch through PyTorch's engine, ``torch.distributed.pipelining``.
+
+Each process wraps its stage(s) of ``MLPConfig.stages(p * v)`` in a
+``PipelineStage`` and hands them to a schedule class; ``schedule.step(x)`` on
+the first stage's process, ``step(target=y, losses=[...])`` on the last one's,
+runs one training step over ``m`` micro-batches. ``loss_fn`` is applied per
+micro-batch and the gradients are divided by ``m`` (``scale_grads=True``), so
+the loss is the mean of the micro-batch losses and the gradients equal the
+unpipelined model's, and the hand-written executor's.
+
+``compare_with_torch(schedule)`` runs our executor and torch's matching
+schedule in the same processes, a step of each in turn, so that both see the
+same machine.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+
+from ..devices import devices
+from ..launcher import launch
+from .executor import MeasuredRun, PipelineRun, ScheduleRunner, alternate, check_runnable, collect
+from .mlp import MLPConfig, loss_fn
+from .schedules import Schedule
+
+TORCH_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f1b": ScheduleInterleaved1F1B}
+MATCHING = {"GPipe": "gpipe", "1F1B": "1f1b", "Interleaved 1F1B": "interleaved_1f1b"}
+
+
+class TorchRunner:
+    """This process's stage(s) in torch's schedule ``kind``; ``step()`` and ``result()``
+    as for the executor's ``ScheduleRunner``."""
+
+    def __init__(self, kind: str, p: int, m: int, v: int, config: MLPConfig, device: torch.device):
+        rank, num_stages = dist.get_rank(), p * v
+        modules = config.stages(num_stages)
+        self.mine = [modules[n].to(device) for n in range(rank, num_stages, p)]
+        stages = [PipelineStage(module, n, num_stages, device)
+                  for module, n in zip(self.mine, range(rank, num_stages, p))]
+        cls = TORCH_SCHEDULES[kind]
+        self.schedule = cls(stages, m, loss_fn=loss_fn) if kind == "interleaved_1f1b" else cls(stages[0], m,
+                                                                                                 loss_fn=loss_fn)
+        self.holds_first, self.holds_last = rank == 0, rank == (num_stages - 1) % p
+        x, y = config.data()
+        self.x, self.y, self.device = x.to(device), y.to(device), device
+        self.times, self.losses = [], []
+
+    def step(self) -> None:
+        for module in self.mine:
+            module.zero_grad(set_to_none=True)
+        self.losses = []
+        args = (self.x,) if self.holds_first else ()
+        kwargs = {"target": self.y, "losses": self.losses} if self.holds_last else {}
+        dist.barrier()
+        start = time.perf_counter()
+        self.schedule.step(*args, return_outputs=False, **kwargs)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.times.append((time.perf_counter() - start) * 1e3)
+
+    def result(self) -> dict:
+        return {"times": self.times, "losses": [loss.item() for loss in self.losses],
+                "grads": {name: p.grad.cpu() for module in self.mine for name, p in module.named_parameters()}}
+
+
+def torch_pipeline_rank(kind: str, p: int, m: int, v: int, config: MLPConfig, steps: int,
+                        schedule: Schedule | None = None) -> list[dict]:
+    """What each process runs (under ``launch``): ``steps`` steps of torch's schedule
+    ``kind``, alternating with our executor's ``schedule`` if one is given."""
+    device = devices(p, quiet=True)[dist.get_rank()]
+    runners = [TorchRunner(kind, p, m, v, config, device)]
+    if schedule is not None:
+        runners.append(ScheduleRunner(schedule, config, device))
+    return alternate(runners, steps)
+
+
+def _measured(results: list[dict], m: int, warmup: int) -> MeasuredRun:
+    times = [max(r["times"][k] for r in results) for k in range(warmup, len(results[0]["times"]))]
+    grads = {name: g for r in results for name, g in r["grads"].items()}
+    return MeasuredRun(times, sum(loss for r in results for loss in r["losses"]) / m, grads)
+
+
+def run_torch_pipeline(kind: str, p: int, m: int, config: MLPConfig = MLPConfig(), v: int = 1,
+                       steps: int = 3, warmup: int = 1, timeout: float = 120.0) -> MeasuredRun:
+    """Run torch's ``kind`` schedule ("gpipe", "1f1b" or "interleaved_1f1b" with ``v`` stages
+    per process) on ``p`` processes; ``warmup`` untimed steps, then ``steps`` timed."""
+    if kind not in TORCH_SCHEDULES:
+        raise ValueError(f"unknown schedule {kind!r}; choose one of {sorted(TORCH_SCHEDULES)}")
+    if (kind == "interleaved_1f1b") != (v > 1):
+        raise ValueError(f"v > 1 (stages per process) goes with 'interleaved_1f1b' only; got {kind!r}, v={v}")
+    config.stages(p * v)
+    config.microbatches(m)
+    results = launch(torch_pipeline_rank, kind, p, m, v, config, warmup + steps, world_size=p,
+                     timeout=timeout, show_output=False)
+    return _measured([r[0] for r in results], m, warmup)
+
+
+def compare_with_torch(schedule: Schedule, config: MLPConfig = MLPConfig(), steps: int = 3, warmup: int = 1,
+                       timeout: float = 120.0) -> tuple[PipelineRun, MeasuredRun]:
+    """Our executor's ``schedule`` and torch's matching schedule class, a step of each in
+    turn on the same processes: (our PipelineRun, torch's MeasuredRun)."""
+    if schedule.name not in MATCHING:
+        raise ValueError(f"no torch schedule is compared with {schedule.name!r}; "
+                         f"choose one of {sorted(MATCHING)}")
+    check_runnable(schedule, config, steps, warmup)
+    results = launch(torch_pipeline_rank, MATCHING[schedule.name], schedule.p, schedule.m, schedule.v, config,
+                     warmup + steps, schedule, world_size=schedule.p, timeout=timeout, show_output=False)
+    return collect(schedule, [r[1] for r in results], warmup), _measured([r[0] for r in results], schedule.m, warmup)

@@ -1,0 +1,157 @@
+"""Vertical model parallel equals the unsplit model; tensor-parallel Linear layers
+(column and row split across 2 ranks) equal nn.Linear, forward and backward."""
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from course_utils import devices, launch
+from course_utils.model_parallel import (ColumnParallelLinear, RowParallelLinear, VerticalSplit, lookup_placed,
+                                         partition_sequential, place_embedding_tables, timed_training_step)
+
+TIMEOUT = 60
+
+
+def make_model(layers=6, width=16, seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(layers)])
+
+
+def test_partition_keeps_names_and_sizes():
+    model = make_model()
+    parts = partition_sequential(model, [1, 2, 3])
+    assert [len(p) for p in parts] == [1, 2, 3]
+    assert [n for n, _ in parts[1].named_parameters()] == ["1.0.weight", "1.0.bias", "2.0.weight", "2.0.bias"]
+    assert parts[2][0] is model[3]                          # shared, not copied
+    assert [len(p) for p in partition_sequential(model, 3)] == [2, 2, 2]
+
+
+@pytest.mark.parametrize("parts,match", [(4, "cannot cut 6 layers into 4 equal parts"),
+                                         ([2, 2], r"part sizes \[2, 2\] must be positive and add up to the model's 6"),
+                                         ([0, 6], "must be positive")])
+def test_partition_errors_say_what_to_do(parts, match):
+    with pytest.raises(ValueError, match=match):
+        partition_sequential(make_model(), parts)
+    with pytest.raises(TypeError, match="needs an nn.Sequential, got Linear"):
+        partition_sequential(nn.Linear(2, 2), 2)
+
+
+@pytest.mark.parametrize("n_devices", [2, 3])
+def test_vertical_split_equals_the_unsplit_model(n_devices):
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    ref = make_model()
+    nn.functional.mse_loss(ref(x), y).backward()
+    split = VerticalSplit(make_model(), devices(n_devices, quiet=True))
+    out = split(x)
+    torch.testing.assert_close(out, ref(x))
+    nn.functional.mse_loss(out, y).backward()
+    for (name, p), (_, q) in zip(nn.Sequential(*split.parts).named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+
+
+def test_memory_per_device_adds_up():
+    split = VerticalSplit(make_model(layers=4, width=16), devices(2, quiet=True), sizes=[1, 3])
+    table = split.memory_per_device(torch.randn(10, 16))
+    assert table["parameters"].tolist() == [16 * 16 + 16, 3 * (16 * 16 + 16)]
+    assert table["weights_MB"].tolist() == pytest.approx([272 * 4 / 1e6, 816 * 4 / 1e6])
+    assert table["optimizer_MB"].tolist() == pytest.approx([2 * w for w in table["weights_MB"]])
+    assert table["activations_MB"].tolist() == pytest.approx([2 * 10 * 16 * 4 / 1e6, 6 * 10 * 16 * 4 / 1e6])
+
+
+def test_timed_step_shows_one_device_busy_at_a_time():
+    split = VerticalSplit(make_model(layers=4, width=64), devices(2, quiet=True))
+    t = timed_training_step(split, torch.randn(32, 64), torch.randn(32, 64))
+    order = sorted(t.events, key=lambda e: e.start)
+    assert [str(e.action) for e in order] == ["F(0,0)", "F(1,0)", "B(1,0)", "B(0,0)"]
+    assert all(a.end <= b.start for a, b in zip(order, order[1:])), "two parts overlapped"
+    assert t.peak_activations() == [1, 1] and t.bubble_fraction >= 0.45    # each idles while the other works
+    assert all(p.grad is not None for p in split.parameters())
+
+
+def test_embedding_tables_on_devices_look_up_the_same_rows():
+    from course_utils.models import DLRM
+    model = DLRM([50, 7, 300, 20], embedding_dim=8)
+    sparse = torch.stack([torch.randint(0, c, (16,)) for c in (50, 7, 300, 20)], dim=1)
+    expected = model.embed(sparse)
+    devs = devices(2, quiet=True)
+    assert place_embedding_tables(model, devs, balance=False) == [0, 1, 0, 1]
+    assert place_embedding_tables(model, devs) == [1, 1, 0, 1]       # 300 rows alone vs 50 + 7 + 20
+    torch.testing.assert_close(lookup_placed(model, sparse, devs[0]), expected)
+
+
+def _tensor_parallel_check(seed):
+    torch.manual_seed(seed)
+    x = torch.randn(6, 8)
+    first, second = nn.Linear(8, 12), nn.Linear(12, 4)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    results = {}
+    # one Linear split by output features (columns of y), then by input features (rows of W^T)
+    for name, layer in (("column", ColumnParallelLinear(first)), ("row", RowParallelLinear(first))):
+        xi = x.clone().requires_grad_(True)
+        out = layer(xi)
+        out.pow(2).sum().backward()
+        results[name] = (out.detach(), xi.grad, layer.weight.grad, layer.bias.grad)
+    # the Megatron MLP: column (no gather) -> ReLU -> row (sharded input): one all_reduce forward, one backward
+    col, row = ColumnParallelLinear(first, gather_output=False), RowParallelLinear(second, input_is_sharded=True)
+    xi = x.clone().requires_grad_(True)
+    out = row(torch.relu(col(xi)))
+    out.pow(2).sum().backward()
+    results["mlp"] = (out.detach(), xi.grad, col.weight.grad, row.weight.grad)
+    return rank, world, results
+
+
+def test_column_and_row_parallel_linear_equal_nn_linear():
+    torch.manual_seed(5)
+    x = torch.randn(6, 8)
+    first, second = nn.Linear(8, 12), nn.Linear(12, 4)
+    results = launch(_tensor_parallel_check, 5, world_size=2, timeout=TIMEOUT)
+    # the same on one process
+    ref = {}
+    for name in ("column", "row"):
+        first.zero_grad()
+        xi = x.clone().requires_grad_(True)
+        out = first(xi)
+        out.pow(2).sum().backward()
+        ref[name] = (out.detach(), xi.grad, first.weight.grad.clone(), first.bias.grad.clone())
+    first.zero_grad()
+    xi = x.clone().requires_grad_(True)
+    out = second(torch.relu(first(xi)))
+    out.pow(2).sum().backward()
+    ref["mlp"] = (out.detach(), xi.grad, first.weight.grad.clone(), second.weight.grad.clone())
+    close = dict(atol=1e-5, rtol=1e-5)
+    for rank, world, res in results:
+        for name in ("column", "row", "mlp"):
+            torch.testing.assert_close(res[name][0], ref[name][0], **close)       # output, full on every rank
+            torch.testing.assert_close(res[name][1], ref[name][1], **close)       # dL/dx, full on every rank
+        rows, cols = slice(6 * rank, 6 * rank + 6), slice(4 * rank, 4 * rank + 4)
+        torch.testing.assert_close(res["column"][2], ref["column"][2][rows], **close)   # this rank's rows of W
+        torch.testing.assert_close(res["column"][3], ref["column"][3][rows], **close)
+        torch.testing.assert_close(res["row"][2], ref["row"][2][:, cols], **close)      # this rank's columns
+        torch.testing.assert_close(res["row"][3], ref["row"][3], **close)               # bias, added once
+        torch.testing.assert_close(res["mlp"][2], ref["mlp"][2][rows], **close)
+        torch.testing.assert_close(res["mlp"][3], ref["mlp"][3][:, rows], **close)
+
+
+def _uneven_split():
+    ColumnParallelLinear(nn.Linear(4, 5))
+
+
+def test_uneven_split_is_a_clear_error():
+    from course_utils import RankFailedError
+    with pytest.raises(RankFailedError, match="dimension 0 of size 5 cannot be split evenly across 2 ranks"):
+        launch(_uneven_split, world_size=2, timeout=TIMEOUT, show_output=False)
+
+
+def _shard_parameter_counts():
+    linear = nn.Linear(1024, 1024)
+    count = lambda layer: sum(p.numel() for p in layer.parameters())   # noqa: E731
+    return count(ColumnParallelLinear(linear)), count(RowParallelLinear(linear))
+
+
+def test_quiz_05_numbers():
+    """Quiz 05 answers the code computes."""
+    from course_utils.pipeline import gpipe, simulate
+    t = simulate(gpipe(4, 1))                                   # Q2: 4 parts, one batch
+    assert t.bubble_fraction == 0.75 and all(t.idle(d) / t.makespan == 0.75 for d in range(4))
+    counts = launch(_shard_parameter_counts, world_size=2, timeout=TIMEOUT, show_output=False)
+    assert counts == [(524_800, 525_312)] * 2                   # Q4: column-parallel shard (row-parallel: D)

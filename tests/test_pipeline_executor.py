@@ -1,0 +1,107 @@
+"""The executor on real processes (gloo): gradients equal to the unpipelined model, the
+measured timeline has the schedule's actions in the schedule's order, and
+torch.distributed.pipelining computes the same loss and gradients."""
+import pytest
+import torch
+
+from course_utils.pipeline import (MLPConfig, gpipe, interleaved_1f1b, one_f_one_b, reference_step, run_schedule,
+                                   run_schedules, zero_bubble_h1)
+from course_utils.pipeline.executor import StageWorker
+from course_utils.pipeline.torch_pipelining import compare_with_torch, run_torch_pipeline
+
+CONFIG = MLPConfig(width=32, layers=4, batch=24, seed=3)
+TIMEOUT = 60            # seconds; a deadlock fails the test instead of hanging it
+ATOL, RTOL = 1e-6, 1e-5  # float32 sums over micro-batches in another order than over the whole batch
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return reference_step(CONFIG)
+
+
+def assert_same(grads, ref_grads):
+    assert set(grads) == set(ref_grads)
+    for name, g in ref_grads.items():
+        torch.testing.assert_close(grads[name], g, atol=ATOL, rtol=RTOL, msg=name)
+
+
+@pytest.mark.parametrize("schedule", [gpipe(1, 2), gpipe(2, 4), one_f_one_b(2, 4), one_f_one_b(4, 4),
+                                      interleaved_1f1b(2, 4, 2), zero_bubble_h1(2, 6), zero_bubble_h1(4, 4)],
+                         ids=lambda s: f"{s.name}-p{s.p}-m{s.m}-v{s.v}")
+def test_executor_gradients_equal_the_unpipelined_model(schedule, reference):
+    run = run_schedule(schedule, CONFIG, steps=1, warmup=0, timeout=TIMEOUT)
+    ref_loss, ref_grads = reference
+    assert abs(run.loss - ref_loss) < 1e-6
+    assert_same(run.grads, ref_grads)
+    # the measured timeline: the schedule's actions, per device in the schedule's order, never overlapping
+    t = run.timeline
+    for d, actions in enumerate(schedule.devices):
+        events = t.on(d)
+        assert tuple(e.action for e in events) == actions
+        assert all(a.end <= b.start for a, b in zip(events, events[1:]))
+    assert 0 <= t.bubble_fraction < 1 and t.unit == "ms"
+
+
+def test_executor_repeats_steps_and_exports_a_trace(tmp_path):
+    run = run_schedule(one_f_one_b(2, 2), CONFIG, steps=3, warmup=1, timeout=TIMEOUT)
+    assert len(run.timelines) == len(run.step_times_ms) == 3 and run.timeline in run.timelines
+    assert all(t > 0 for t in run.step_times_ms)
+    trace = run.timeline.to_chrome_trace(tmp_path / "trace.json")
+    assert sum(e["ph"] == "X" for e in trace["traceEvents"]) == 8
+
+
+@pytest.mark.parametrize("schedule", [gpipe(2, 4), one_f_one_b(2, 4), interleaved_1f1b(2, 4, 2)], ids=lambda s: s.name)
+def test_torch_pipelining_agrees_with_the_executor(schedule, reference):
+    ours, theirs = compare_with_torch(schedule, CONFIG, steps=2, warmup=0, timeout=TIMEOUT)
+    assert len(ours.step_times_ms) == len(theirs.step_times_ms) == 2
+    assert abs(ours.loss - theirs.loss) < 1e-6 and abs(theirs.loss - reference[0]) < 1e-6
+    assert_same(ours.grads, reference[1])
+    assert_same(theirs.grads, ours.grads)
+
+
+def test_torch_pipelining_alone_and_several_schedules_in_turns(reference):
+    theirs = run_torch_pipeline("1f1b", 2, 4, CONFIG, steps=1, warmup=0, timeout=TIMEOUT)
+    assert_same(theirs.grads, reference[1])
+    runs = run_schedules([gpipe(2, 1), zero_bubble_h1(2, 4)], CONFIG, steps=2, warmup=1, timeout=TIMEOUT)
+    assert [len(r.timelines) for r in runs] == [2, 2]
+    for run in runs:
+        assert_same(run.grads, reference[1])
+    assert runs[1].fastest.peak_activations() == [2, 2]
+
+
+def test_split_backward_b_then_w_equals_autograd():
+    """B (input gradient) + W (weight gradient) by hand == one autograd backward, in one process."""
+    torch.manual_seed(0)
+    module = MLPConfig(width=8, layers=2).build()
+    x, grad_out = torch.randn(5, 8), torch.randn(5, 8)
+    worker = StageWorker(module, stage=1, num_stages=3, m=1, split_backward=True)
+    worker.forward(0, x.clone(), None)
+    grad_x = worker.backward(0, grad_out)
+    assert all(p.grad is None for p in module.parameters()), "B must not compute weight gradients"
+    worker.weight(0)
+    ours = [p.grad.clone() for p in module.parameters()]
+    module.zero_grad(set_to_none=True)
+    x_ref = x.clone().requires_grad_(True)
+    module(x_ref).backward(grad_out)
+    torch.testing.assert_close(grad_x, x_ref.grad)
+    for g, p in zip(ours, module.parameters()):
+        torch.testing.assert_close(g, p.grad)
+
+
+def test_split_backward_refuses_layers_it_cannot_split():
+    module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    with pytest.raises(ValueError, match=r"nn.Linear layers only; stage 0 also has parameters \['1.weight'"):
+        StageWorker(module, 0, 2, 2, split_backward=True)
+
+
+def test_bad_sizes_fail_before_any_process_starts():
+    with pytest.raises(ValueError, match="4 layers cannot be cut into 3 equal stages"):
+        run_schedule(one_f_one_b(3, 3), CONFIG)
+    with pytest.raises(ValueError, match="batch 24 cannot be cut into 5 equal micro-batches"):
+        run_schedule(gpipe(2, 5), CONFIG)
+    with pytest.raises(ValueError, match="v > 1 .* goes with 'interleaved_1f1b' only"):
+        run_torch_pipeline("1f1b", 2, 4, CONFIG, v=2)
+    with pytest.raises(ValueError, match="no torch schedule is compared with 'ZB-H1'"):
+        compare_with_torch(zero_bubble_h1(2, 4), CONFIG)
+    with pytest.raises(ValueError, match=r"need the same p, got \[2, 3\]"):
+        run_schedules([gpipe(2, 2), gpipe(3, 3)], MLPConfig(layers=6))
