@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import time
 
@@ -22,12 +21,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from course_utils import examples, launch
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from course_utils.collectives import free_port
 
 
 def _spawned_rank(rank: int, world_size: int, port: int) -> None:
@@ -47,7 +41,7 @@ def time_launch(ranks: int, start_method: str) -> float:
 
 def time_mp_spawn(ranks: int) -> float:
     start = time.perf_counter()
-    mp.spawn(_spawned_rank, args=(ranks, _free_port()), nprocs=ranks, join=True)
+    mp.spawn(_spawned_rank, args=(ranks, free_port()), nprocs=ranks, join=True)
     return time.perf_counter() - start
 
 

@@ -160,20 +160,46 @@ def _stop_unfinished(run_dir: Path, world_size: int, before: set) -> None:
             child.kill()
 
 
+_LOST_PEER = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+              "remote process exited", "communicator was aborted")
+
+
 def _failure(exc: ChildFailedError, run_dir: Path, world_size: int, engine_log: list[str]) -> LaunchError:
-    """Turn the agent's ChildFailedError into a RankFailedError about the first rank that failed."""
-    errors = [(r, read_error(run_dir, r)) for r in range(world_size)]
-    raised = [(r, e) for r, e in errors if e is not None]
-    if raised:  # the rank whose error file is oldest raised first; the others followed it
-        rank, (exc_type, message, tb) = min(raised, key=lambda re: marker(run_dir, re[0], "error").stat().st_mtime)
-        return RankFailedError(rank, exc_type, message, tb)
-    rank, failure = next(iter(sorted(exc.failures.items())))
-    code = failure.exitcode
-    how = (f"was killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
-           else f"exited with code {code}")
-    warnings_seen = [line for line in engine_log if not line.startswith("INFO")]
-    return RankFailedError(rank, "ProcessExit", f"the process {how} without a Python exception",
-                           "(no Python traceback; the launcher reported:)\n" + "\n".join(warnings_seen[-10:]))
+    """Turn the agent's ChildFailedError into a RankFailedError about the rank that failed first.
+
+    A rank that dies without a Python exception (SIGKILL, a crash in native code)
+    leaves no traceback, but its peers then fail with "connection closed by peer"
+    errors that do: those are symptoms, so the silent rank is blamed, not them.
+    """
+    raised = {r: e for r in range(world_size) if (e := read_error(run_dir, r)) is not None}
+    causes = {r: e for r, e in raised.items() if not any(p in e[1] for p in _LOST_PEER)}
+    if causes:  # the rank whose error file is oldest raised first; the others followed it
+        rank = min(causes, key=lambda r: marker(run_dir, r, "error").stat().st_mtime)
+        return RankFailedError(rank, *causes[rank])
+    reported_rank, failure = next(iter(sorted(exc.failures.items())))
+    silent = [r for r in range(world_size) if r not in raised and not marker(run_dir, r, "done").exists()]
+    if not silent:  # every failure was a lost connection: report the first
+        rank = min(raised, key=lambda r: marker(run_dir, r, "error").stat().st_mtime)
+        return RankFailedError(rank, *raised[rank])
+    rank = reported_rank if reported_rank in silent else silent[0]
+    code = failure.exitcode if rank == reported_rank else None
+    how = ("was killed by a signal or crashed" if code is None
+           else f"was killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}")
+    message = f"the process {how} without a Python exception"
+    if raised:
+        message += f"; rank(s) {sorted(raised)} then lost their connection to it"
+    notes = [line for line in engine_log if not line.startswith("INFO")]
+    return RankFailedError(rank, "ProcessExit", message,
+                           "(no Python traceback; the launcher reported:)\n" + "\n".join(notes[-10:]))
+
+
+def _preload_for_fork() -> None:
+    """Import, once, what every rank would otherwise import on its own after the fork.
+
+    Building a DistributedDataParallel model imports ``torch._dynamo`` (about a
+    second of CPU); imported here, the forked ranks inherit it for free.
+    """
+    import torch._dynamo  # noqa: F401
 
 
 def launch(fn, *args, world_size: int = 2, backend: str = "auto", timeout: float = 120.0,
@@ -193,6 +219,8 @@ def launch(fn, *args, world_size: int = 2, backend: str = "auto", timeout: float
     """
     backend = pick_backend(world_size, backend)
     method = _start_method(start_method, fn, args)
+    if method == "fork":
+        _preload_for_fork()
     if timeout <= 0:
         raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
     run_dir = Path(tempfile.mkdtemp(prefix="course_launch_"))

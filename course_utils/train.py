@@ -49,7 +49,7 @@ def predict(model: nn.Module, data: ClickLogs, batch_size: int = 8192) -> np.nda
     was_training = model.training
     model.eval()
     try:
-        probs = [torch.sigmoid(model(b.dense, b.sparse)).double().numpy()
+        probs = [torch.sigmoid(model(b.dense, b.sparse)).double().cpu().numpy()
                  for b in data.batches(batch_size)]
     finally:
         model.train(was_training)

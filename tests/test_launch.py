@@ -188,3 +188,20 @@ def test_spawn_refuses_a_function_defined_in_a_notebook(monkeypatch):
     cell_function.__module__ = "__main__"
     with pytest.raises(LaunchError, match="defined in a notebook cell.*Move the function into a .py module"):
         launch(cell_function, world_size=2, start_method="spawn")
+
+
+def killed_on_rank1(pid_dir):
+    _record_pid(pid_dir)
+    if dist.get_rank() == 1:
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.all_reduce(torch.ones(1))  # ranks 0 and 2 lose their connection to rank 1 here
+
+
+def test_a_killed_rank_is_blamed_not_the_peers_that_lost_it(tmp_path):
+    for _ in range(3):  # which failure the engine notices first varies; the blame must not
+        with pytest.raises(RankFailedError) as info:
+            launch(killed_on_rank1, str(tmp_path), world_size=3, timeout=60)
+        assert info.value.rank == 1, str(info.value)
+        assert info.value.exc_type == "ProcessExit"
+        _assert_all_gone(tmp_path, 3)

@@ -100,7 +100,7 @@ def test_runner_stops_what_outlives_its_timeout():
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     quick = [sys.executable, "-c", "pass"]
     with pytest.raises(runner.LauncherError, match=r"launcher\(s\) \[0\] of 2 were still running after 0.5 s"):
-        runner._run_together([sleeper, quick], timeout=0.5)
+        runner.run_together([sleeper, quick], timeout=0.5)
 
 
 def test_runner_stops_the_partners_of_a_failed_launcher(tmp_path):
@@ -109,7 +109,7 @@ def test_runner_stops_the_partners_of_a_failed_launcher(tmp_path):
                "time.sleep(60)"]
     fails = [sys.executable, "-c", "import sys, time; time.sleep(0.5); sys.exit('boom')"]
     with pytest.raises(runner.LauncherError, match=r"launcher 1 of 2 exited with code 1; the end of its stderr:\nboom"):
-        runner._run_together([sleeper, fails], timeout=60)
+        runner.run_together([sleeper, fails], timeout=60)
     assert not _alive(int(pid_file.read_text()))
 
 

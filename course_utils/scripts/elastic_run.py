@@ -63,7 +63,7 @@ def run_elastic(out: str | os.PathLike, *, nproc_per_node: int = 2, nnodes: int 
         commands.append(env + runner.LAUNCHERS["torchrun"] + [
             *where, "--nproc-per-node", str(nproc_per_node), "--max-restarts", str(max_restarts),
             "-m", "course_utils.scripts.elastic_train", "--out", str(out), *map(str, script_args)])
-    outputs, _ = runner._run_together(commands, timeout)
+    outputs, _ = runner.run_together(commands, timeout)
     launcher = " ".join(runner.LAUNCHERS["torchrun"])
     shown = [" ".join(c).replace(launcher, "torchrun").replace(str(out), "OUT").replace(str(port), "PORT")
              .replace("env ", "") for c in commands]

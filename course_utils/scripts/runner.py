@@ -84,7 +84,7 @@ def run_torchrun(module: str = "course_utils.scripts.hello", nproc_per_node: int
             commands.append(LAUNCHERS[launcher] + ["--nproc-per-node", str(nproc_per_node), *nodes,
                                                    *_rendezvous(rendezvous, port), "-m", module, "--out", out])
         start = time.perf_counter()
-        outputs, pids = _run_together(commands, timeout)
+        outputs, pids = run_together(commands, timeout)
         reports = [json.loads(p.read_text()) for p in sorted(Path(out).glob("rank*.json"),
                                                            key=lambda p: int(p.stem[4:]))]
         shown = [" ".join([launcher if launcher == "torchrun" else f"python -m {launcher}"]
@@ -94,7 +94,7 @@ def run_torchrun(module: str = "course_utils.scripts.hello", nproc_per_node: int
                        time.perf_counter() - start)
 
 
-def _run_together(commands: list[list[str]], timeout: float) -> tuple[list[tuple[str, str]], list[int]]:
+def run_together(commands: list[list[str]], timeout: float) -> tuple[list[tuple[str, str]], list[int]]:
     """Start every command at once, each in its own process group; all finish or all are killed."""
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [_REPO, os.environ.get("PYTHONPATH")]))}

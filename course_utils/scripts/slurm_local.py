@@ -58,5 +58,5 @@ def run_sbatch_locally(script: str | os.PathLike, *, nodes: int = 2, env: dict |
                      "PATH": os.pathsep.join([shims, str(Path(sys.executable).parent), os.environ["PATH"]]),
                      **(env or {})}
         command = ["env", *(f"{k}={v}" for k, v in variables.items()), "bash", str(script)]
-        (outputs,), _ = runner._run_together([command], timeout)
+        (outputs,), _ = runner.run_together([command], timeout)
     return outputs
