@@ -10,6 +10,7 @@ leaves small marker files in ``run_dir`` that the parent reads:
 """
 from __future__ import annotations
 
+import gc
 import io
 import os
 import signal
@@ -61,6 +62,10 @@ def _user_traceback(exc: BaseException) -> str:
 
 def run_rank(fn, args: tuple, spec: RankSpec):
     """Prepare this rank, run ``fn(*args)`` and return its result to the agent."""
+    # A forked rank inherits the parent's objects, garbage included (say, the store
+    # of an earlier launch). Collected here, a native destructor would join threads
+    # this process does not have, and abort it. Freezing leaves them to the parent.
+    gc.freeze()
     # Die at once when the launcher stops us (a rank blocked in a collective
     # never returns to Python, so a Python-level handler would never run).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

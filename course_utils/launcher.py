@@ -245,17 +245,23 @@ def launch(fn, *args, world_size: int = 2, backend: str = "auto", timeout: float
         with _EngineLog() as engine_log, _real_stdio(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
             watchdog.start()
+            error = None
             try:
                 results = elastic_launch(config, run_rank)(fn, args, spec)
             except ChildFailedError as exc:
                 if timed_out.is_set():
                     unfinished = [r for r in range(world_size) if not marker(run_dir, r, "done").exists()]
-                    raise LaunchTimeoutError(unfinished, world_size, timeout) from None
-                raise _failure(exc, run_dir, world_size, engine_log.lines) from None
+                    error = LaunchTimeoutError(unfinished, world_size, timeout)
+                else:
+                    error = _failure(exc, run_dir, world_size, engine_log.lines)
             except SignalException as exc:
-                if exc.sigval == signal.SIGINT:
-                    raise KeyboardInterrupt from None
-                raise
+                if exc.sigval != signal.SIGINT:
+                    raise
+                error = KeyboardInterrupt()
+        if error is not None:
+            # Raised here, outside the except blocks, so that the error does not keep the
+            # agent's traceback (and its store, sockets and threads) alive as its context.
+            raise error
         return [results[rank] for rank in range(world_size)]
     finally:
         watchdog.cancel()

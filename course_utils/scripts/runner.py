@@ -11,6 +11,7 @@ whole process group, and its partners with it.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 import os
 import re
 import signal
@@ -64,8 +65,8 @@ def _rendezvous(kind: str, port: int) -> list[str]:
 
 def run_torchrun(module: str = "course_utils.scripts.hello", nproc_per_node: int = 2, nnodes: int = 1,
                  rendezvous: str = "standalone", launcher: str = "torchrun", timeout: float = 120.0,
-                 port: int | None = None) -> LauncherRun:
-    """Run ``launcher ... -m module --out DIR`` once per node on this machine; return the reports.
+                 port: int | None = None, args: Sequence[str] = ()) -> LauncherRun:
+    """Run ``launcher ... -m module --out DIR *args`` once per node on this machine; return the reports.
 
     ``nnodes > 1`` starts one launcher per node (``--node-rank 0 .. nnodes-1``) that meet at
     ``127.0.0.1:port`` (a free port unless given) with a ``static`` or ``c10d`` rendezvous.
@@ -82,7 +83,8 @@ def run_torchrun(module: str = "course_utils.scripts.hello", nproc_per_node: int
         for node in range(nnodes):
             nodes = ["--nnodes", str(nnodes), "--node-rank", str(node)] if nnodes > 1 else []
             commands.append(LAUNCHERS[launcher] + ["--nproc-per-node", str(nproc_per_node), *nodes,
-                                                   *_rendezvous(rendezvous, port), "-m", module, "--out", out])
+                                                   *_rendezvous(rendezvous, port), "-m", module, "--out", out,
+                                                   *map(str, args)])
         start = time.perf_counter()
         outputs, pids = run_together(commands, timeout)
         reports = [json.loads(p.read_text()) for p in sorted(Path(out).glob("rank*.json"),
