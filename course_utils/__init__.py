@@ -9,10 +9,27 @@ The names most chapters use are importable from the top level::
 
 Chapter-specific code lives in submodules (``course_utils.data``,
 ``course_utils.models``, ``course_utils.metrics``, ``course_utils.quiz`` ...).
+The top-level names are imported on first use, so a script that torchrun starts
+as ``python -m course_utils.scripts.<name>`` pays only for what it uses.
 """
-from .devices import devices, gpu_count, pick_backend
-from .launcher import LaunchError, LaunchTimeoutError, RankFailedError, launch
-from .notebook import environment, show_source
+import importlib
 
-__all__ = ["launch", "devices", "gpu_count", "pick_backend", "LaunchError", "LaunchTimeoutError",
-           "RankFailedError", "environment", "show_source"]
+_HOME = {
+    "launch": "launcher", "LaunchError": "launcher", "LaunchTimeoutError": "launcher",
+    "RankFailedError": "launcher",
+    "devices": "hardware", "gpu_count": "hardware", "pick_backend": "hardware",
+    "environment": "notebook", "show_source": "notebook",
+}
+__all__ = list(_HOME)
+
+
+def __getattr__(name):
+    if name not in _HOME:
+        raise AttributeError(f"module 'course_utils' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+    globals()[name] = value  # later look-ups find it directly
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

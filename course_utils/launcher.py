@@ -37,7 +37,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from ._rank_entry import RankSpec, marker, read_error, run_rank
-from .devices import pick_backend
+from .hardware import pick_backend
 
 _ENGINE_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing")
 _C10_LOG_LINE = ("[W", "[I", "[E")  # c10 log lines: "[W1122 15:30:01.1 pid file.cpp:12] ..."

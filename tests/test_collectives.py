@@ -300,11 +300,10 @@ def test_quiz_all_to_all_and_latency_bound():
 
 
 def test_quiz_backend_for_more_ranks_than_gpus(monkeypatch):
-    import importlib
-    devices = importlib.import_module("course_utils.devices")  # the module (the package exports a function of that name)
-    monkeypatch.setattr(devices, "gpu_count", lambda: 2)
-    monkeypatch.setattr(devices.dist, "is_nccl_available", lambda: True)
-    assert devices.pick_backend(4) == "gloo" and devices.pick_backend(2) == "nccl"
+    from course_utils import hardware
+    monkeypatch.setattr(hardware, "gpu_count", lambda: 2)
+    monkeypatch.setattr(hardware.dist, "is_nccl_available", lambda: True)
+    assert hardware.pick_backend(4) == "gloo" and hardware.pick_backend(2) == "nccl"
     with pytest.raises(ValueError, match="needs one GPU per rank"):
-        devices.pick_backend(4, "nccl")
+        hardware.pick_backend(4, "nccl")
     assert _answer(8) == "`gloo`"

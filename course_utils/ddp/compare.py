@@ -20,7 +20,7 @@ from torch import nn
 
 from ..data import ClickLogs
 from ..data_parallel import DataParallelByHand
-from ..devices import devices
+from ..hardware import devices
 from ..launcher import launch
 from ..models import DLRMConfig
 from .train import TrainSettings, ddp_worker, train_single

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..devices import devices
+from ..hardware import devices
 from ..launcher import launch
 from .lowering import consumer_stage, lower
 from .mlp import MLPConfig, loss_fn

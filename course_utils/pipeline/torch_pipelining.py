@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
-from ..devices import devices
+from ..hardware import devices
 from ..launcher import launch
 from .executor import MeasuredRun, PipelineRun, ScheduleRunner, alternate, check_runnable, collect
 from .mlp import MLPConfig, loss_fn

@@ -72,7 +72,7 @@ def main(argv=None) -> None:
 
     from course_utils.collectives import init_group
     from course_utils.ddp import ddp_worker
-    from course_utils.devices import gpu_count
+    from course_utils.hardware import gpu_count
 
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     use_gpus = gpu_count() >= local_world
