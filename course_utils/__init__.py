@@ -15,8 +15,8 @@ as ``python -m course_utils.scripts.<name>`` pays only for what it uses.
 import importlib
 
 _HOME = {
-    "launch": "launcher", "LaunchError": "launcher", "LaunchTimeoutError": "launcher",
-    "RankFailedError": "launcher",
+    "launch": "launcher", "LaunchError": "launch_errors", "LaunchTimeoutError": "launch_errors",
+    "RankFailedError": "launch_errors",
     "devices": "hardware", "gpu_count": "hardware", "pick_backend": "hardware",
     "environment": "notebook", "show_source": "notebook",
 }

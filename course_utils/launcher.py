@@ -16,9 +16,7 @@ as the entry point, and adds what a notebook needs:
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import logging
 import multiprocessing as mp
 import os
 import pickle
@@ -36,36 +34,12 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalEx
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from ._rank_entry import RankSpec, marker, read_error, run_rank
+from ._launch_io import EngineLog, current_signal_handlers, real_stdio, restore, show_rank_output
+from ._rank_entry import RankSpec, marker, run_rank
+from .launch_errors import LaunchError, LaunchTimeoutError, RankFailedError, diagnose_failure, stop_unfinished
 from .hardware import pick_backend
 
-_ENGINE_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing")
-_C10_LOG_LINE = ("[W", "[I", "[E")  # c10 log lines: "[W1122 15:30:01.1 pid file.cpp:12] ..."
-
-
-class LaunchError(RuntimeError):
-    """A multi-process launch did not complete."""
-
-
-class RankFailedError(LaunchError):
-    """A rank raised an exception (or died); ``rank`` says which."""
-
-    def __init__(self, rank: int, exc_type: str, message: str, traceback: str):
-        self.rank, self.exc_type, self.message, self.traceback = rank, exc_type, message, traceback
-        super().__init__(f"rank {rank} failed with {exc_type}: {message}\n\n"
-                         f"--- rank {rank} ---\n{traceback}".rstrip())
-
-
-class LaunchTimeoutError(LaunchError, TimeoutError):
-    """Some ranks had not returned after ``timeout`` seconds; ``unfinished`` lists them."""
-
-    def __init__(self, unfinished: list[int], world_size: int, timeout: float):
-        self.unfinished, self.timeout = unfinished, timeout
-        finished = [r for r in range(world_size) if r not in unfinished]
-        super().__init__(
-            f"rank(s) {unfinished} did not finish within {timeout:g} s "
-            f"(finished: {finished or 'none'}); they were stopped. A common cause is a rank "
-            "that skips a collective the others wait in; if they were only slow, pass a larger timeout=.")
+__all__ = ["launch", "LaunchError", "LaunchTimeoutError", "RankFailedError"]
 
 
 def _check_spawnable(fn, args: tuple) -> None:
@@ -96,101 +70,6 @@ def _start_method(requested: str, fn, args: tuple) -> str:
     if method == "spawn":
         _check_spawnable(fn, args)
     return method
-
-
-class _EngineLog(logging.Handler):
-    """Collects the elastic agent's log records during a launch, instead of printing them."""
-
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record):
-        text = f"{record.levelname} {record.name}: {record.getMessage()}"
-        if record.exc_info:
-            text += "\n" + logging.Formatter().formatException(record.exc_info)
-        self.lines.append(text)
-
-    def __enter__(self):
-        self._saved = []
-        for name in _ENGINE_LOGGERS:
-            lg = logging.getLogger(name)
-            self._saved.append((lg, lg.level, lg.propagate))
-            lg.addHandler(self)
-            lg.setLevel(logging.INFO)
-            lg.propagate = False
-        return self
-
-    def __exit__(self, *exc):
-        for lg, level, propagate in self._saved:
-            lg.removeHandler(self)
-            lg.setLevel(level)
-            lg.propagate = propagate
-
-
-def _rank_log(log_dir: Path, rank: int, stream: str) -> str:
-    found = sorted(log_dir.glob(f"*/attempt_*/{rank}/{stream}.log"))
-    return found[-1].read_text(errors="replace") if found else ""
-
-
-def _show_output(log_dir: Path, world_size: int) -> None:
-    """Print each rank's stdout (then its stderr), prefixed ``[rank r]``, in rank order."""
-    for rank in range(world_size):
-        for stream, sink in (("stdout", sys.stdout), ("stderr", sys.stderr)):
-            lines = [ln for ln in _rank_log(log_dir, rank, stream).splitlines()
-                     if not ln.startswith(_C10_LOG_LINE)]
-            if lines:
-                sink.write("".join(f"[rank {rank}] {ln}\n" for ln in lines))
-    sys.stdout.flush()
-    sys.stderr.flush()
-
-
-def _stop_unfinished(run_dir: Path, world_size: int, before: set) -> None:
-    """SIGKILL every rank that has not returned, and any worker that never reported."""
-    for rank in range(world_size):
-        pid_file = marker(run_dir, rank, "pid")
-        if pid_file.exists() and not marker(run_dir, rank, "done").exists():
-            try:
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
-    for child in set(mp.active_children()) - before:
-        if not any(marker(run_dir, r, "pid").exists() and marker(run_dir, r, "pid").read_text() == str(child.pid)
-                   for r in range(world_size)):
-            child.kill()
-
-
-_LOST_PEER = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
-              "remote process exited", "communicator was aborted")
-
-
-def _failure(exc: ChildFailedError, run_dir: Path, world_size: int, engine_log: list[str]) -> LaunchError:
-    """Turn the agent's ChildFailedError into a RankFailedError about the rank that failed first.
-
-    A rank that dies without a Python exception (SIGKILL, a crash in native code)
-    leaves no traceback, but its peers then fail with "connection closed by peer"
-    errors that do: those are symptoms, so the silent rank is blamed, not them.
-    """
-    raised = {r: e for r in range(world_size) if (e := read_error(run_dir, r)) is not None}
-    causes = {r: e for r, e in raised.items() if not any(p in e[1] for p in _LOST_PEER)}
-    if causes:  # the rank whose error file is oldest raised first; the others followed it
-        rank = min(causes, key=lambda r: marker(run_dir, r, "error").stat().st_mtime)
-        return RankFailedError(rank, *causes[rank])
-    reported_rank, failure = next(iter(sorted(exc.failures.items())))
-    silent = [r for r in range(world_size) if r not in raised and not marker(run_dir, r, "done").exists()]
-    if not silent:  # every failure was a lost connection: report the first
-        rank = min(raised, key=lambda r: marker(run_dir, r, "error").stat().st_mtime)
-        return RankFailedError(rank, *raised[rank])
-    rank = reported_rank if reported_rank in silent else silent[0]
-    code = failure.exitcode if rank == reported_rank else None
-    how = ("was killed by a signal or crashed" if code is None
-           else f"was killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}")
-    message = f"the process {how} without a Python exception"
-    if raised:
-        message += f"; rank(s) {sorted(raised)} then lost their connection to it"
-    notes = [line for line in engine_log if not line.startswith("INFO")]
-    return RankFailedError(rank, "ProcessExit", message,
-                           "(no Python traceback; the launcher reported:)\n" + "\n".join(notes[-10:]))
 
 
 def _preload_for_fork() -> None:
@@ -226,7 +105,7 @@ def launch(fn, *args, world_size: int = 2, backend: str = "auto", timeout: float
     run_dir = Path(tempfile.mkdtemp(prefix="course_launch_"))
     spec = RankSpec(str(run_dir), backend, init_group, threads_per_rank, group_timeout_s=timeout + 60)
     config = _launch_config(world_size, method, run_dir, timeout)
-    saved_env, saved_signals = dict(os.environ), _current_signal_handlers()
+    saved_env, saved_signals = dict(os.environ), current_signal_handlers()
     # Ranks host their own store (rank 0) instead of connecting back to the agent's
     # store in this process: a rank forked while this process's store thread is in
     # the middle of a host-name lookup would inherit glibc's resolver lock, held,
@@ -237,12 +116,12 @@ def launch(fn, *args, world_size: int = 2, backend: str = "auto", timeout: float
 
     def on_timeout():
         timed_out.set()
-        _stop_unfinished(run_dir, world_size, children_before)
+        stop_unfinished(run_dir, world_size, children_before)
 
     watchdog = threading.Timer(timeout, on_timeout)
     watchdog.daemon = True
     try:
-        with _EngineLog() as engine_log, _real_stdio(), warnings.catch_warnings():
+        with EngineLog() as engine_log, real_stdio(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
             watchdog.start()
             error = None
@@ -253,7 +132,7 @@ def launch(fn, *args, world_size: int = 2, backend: str = "auto", timeout: float
                     unfinished = [r for r in range(world_size) if not marker(run_dir, r, "done").exists()]
                     error = LaunchTimeoutError(unfinished, world_size, timeout)
                 else:
-                    error = _failure(exc, run_dir, world_size, engine_log.lines)
+                    error = diagnose_failure(exc, run_dir, world_size, engine_log.lines)
             except SignalException as exc:
                 if exc.sigval != signal.SIGINT:
                     raise
@@ -265,11 +144,11 @@ def launch(fn, *args, world_size: int = 2, backend: str = "auto", timeout: float
         return [results[rank] for rank in range(world_size)]
     finally:
         watchdog.cancel()
-        _stop_unfinished(run_dir, world_size, children_before)
+        stop_unfinished(run_dir, world_size, children_before)
         mp.active_children()  # reap whatever was stopped, so no zombie is left either
-        _restore(saved_env, saved_signals)
+        restore(saved_env, saved_signals)
         if show_output:
-            _show_output(run_dir / "logs", world_size)
+            show_rank_output(run_dir / "logs", world_size)
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
@@ -286,44 +165,3 @@ def _launch_config(world_size: int, start_method: str, run_dir: Path, timeout: f
     return LaunchConfig(**{k: v for k, v in settings.items() if k in known})
 
 
-@contextlib.contextmanager
-def _real_stdio():
-    """Give the ranks OS-level stdout/stderr while they start.
-
-    The agent sends each forked rank's output to its log file by redirecting
-    ``sys.stdout.fileno()``; a notebook's or pytest's capturing stream may have
-    no file descriptor, so the process's own standard streams stand in.
-    """
-    saved = sys.stdout, sys.stderr
-    saved[0].flush()
-    saved[1].flush()
-    with contextlib.ExitStack() as stack:
-        sys.stdout, sys.stderr = (
-            std if _has_fileno(std) else stack.enter_context(open(os.devnull, "w"))
-            for std in (sys.__stdout__, sys.__stderr__))
-        try:
-            yield
-        finally:
-            sys.stdout, sys.stderr = saved
-
-
-def _has_fileno(stream) -> bool:
-    try:
-        return stream is not None and stream.fileno() >= 0
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def _current_signal_handlers() -> dict:
-    """The agent installs its own handlers in the main thread; remember ours."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    return {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)}
-
-
-def _restore(env: dict, handlers: dict) -> None:
-    for key in set(os.environ) - set(env):
-        del os.environ[key]
-    os.environ.update(env)
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)

@@ -32,7 +32,6 @@ def test_resumable_sampler_skips_exactly_what_was_consumed():
 
 def _ddp_run(path, stop_after, resume):
     """DDP DLRM, 2 epochs of 4 steps; optionally save at `stop_after` and return, or resume first."""
-    rank = dist.get_rank()
     dataset = TensorDataset(*(torch.from_numpy(a) for a in (LOGS.dense, LOGS.sparse, LOGS.label)))
     sampler = checkpoint.ResumableSampler(dataset, shuffle=True, seed=0, drop_last=True)
     loader = DataLoader(dataset, batch_size=256, sampler=sampler, drop_last=True)

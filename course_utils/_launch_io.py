@@ -1,0 +1,108 @@
+"""The notebook side of a launch: quiet engine logs, per-rank output, stdio, signals.
+
+``launch`` borrows the process's logging, standard streams, signal handlers and
+environment while the elastic agent runs; these helpers take them and give them
+back, and print what each rank wrote, grouped by rank.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+_ENGINE_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing")
+_C10_LOG_LINE = ("[W", "[I", "[E")  # c10 log lines: "[W1122 15:30:01.1 pid file.cpp:12] ..."
+
+
+class EngineLog(logging.Handler):
+    """Collects the elastic agent's log records during a launch, instead of printing them."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        text = f"{record.levelname} {record.name}: {record.getMessage()}"
+        if record.exc_info:
+            text += "\n" + logging.Formatter().formatException(record.exc_info)
+        self.lines.append(text)
+
+    def __enter__(self):
+        self._saved = []
+        for name in _ENGINE_LOGGERS:
+            lg = logging.getLogger(name)
+            self._saved.append((lg, lg.level, lg.propagate))
+            lg.addHandler(self)
+            lg.setLevel(logging.INFO)
+            lg.propagate = False
+        return self
+
+    def __exit__(self, *exc):
+        for lg, level, propagate in self._saved:
+            lg.removeHandler(self)
+            lg.setLevel(level)
+            lg.propagate = propagate
+
+
+def rank_log(log_dir: Path, rank: int, stream: str) -> str:
+    found = sorted(log_dir.glob(f"*/attempt_*/{rank}/{stream}.log"))
+    return found[-1].read_text(errors="replace") if found else ""
+
+
+def show_rank_output(log_dir: Path, world_size: int) -> None:
+    """Print each rank's stdout (then its stderr), prefixed ``[rank r]``, in rank order."""
+    for rank in range(world_size):
+        for stream, sink in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+            lines = [ln for ln in rank_log(log_dir, rank, stream).splitlines()
+                     if not ln.startswith(_C10_LOG_LINE)]
+            if lines:
+                sink.write("".join(f"[rank {rank}] {ln}\n" for ln in lines))
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def real_stdio():
+    """Give the ranks OS-level stdout/stderr while they start.
+
+    The agent sends each forked rank's output to its log file by redirecting
+    ``sys.stdout.fileno()``; a notebook's or pytest's capturing stream may have
+    no file descriptor, so the process's own standard streams stand in.
+    """
+    saved = sys.stdout, sys.stderr
+    saved[0].flush()
+    saved[1].flush()
+    with contextlib.ExitStack() as stack:
+        sys.stdout, sys.stderr = (
+            std if _has_fileno(std) else stack.enter_context(open(os.devnull, "w"))
+            for std in (sys.__stdout__, sys.__stderr__))
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr = saved
+
+
+def _has_fileno(stream) -> bool:
+    try:
+        return stream is not None and stream.fileno() >= 0
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def current_signal_handlers() -> dict:
+    """The agent installs its own handlers in the main thread; remember ours."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)}
+
+
+def restore(env: dict, handlers: dict) -> None:
+    for key in set(os.environ) - set(env):
+        del os.environ[key]
+    os.environ.update(env)
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
