@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,8 +129,3 @@ def plot_timeline(events: list[dict], title: str = "elastic training: what happe
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig
-
-
-def temporary_out() -> Path:
-    """A fresh folder for a run's checkpoint and events."""
-    return Path(tempfile.mkdtemp(prefix="course_elastic_"))
