@@ -37,6 +37,11 @@ def marker(run_dir: str | Path, rank: int, kind: str) -> Path:
     return Path(run_dir) / f"rank{rank}.{kind}"
 
 
+def finished(run_dir: str | Path, rank: int) -> bool:
+    """Whether rank ``rank``'s function has returned."""
+    return marker(run_dir, rank, "done").exists()
+
+
 def _write(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
@@ -105,7 +110,7 @@ def _wait_for_all_done(run_dir: str, world_size: int) -> None:
     """Poll the markers until every rank has returned (the launcher stops us on a timeout)."""
     import time
 
-    while not all(marker(run_dir, r, "done").exists() for r in range(world_size)):
+    while not all(finished(run_dir, r) for r in range(world_size)):
         time.sleep(0.005)
 
 

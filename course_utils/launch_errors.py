@@ -7,6 +7,7 @@ stops every rank that is still running.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from ._rank_entry import marker, read_error
+from ._rank_entry import finished, marker, read_error
 
 
 class LaunchError(RuntimeError):
@@ -44,16 +45,16 @@ class LaunchTimeoutError(LaunchError, TimeoutError):
 
 def stop_unfinished(run_dir: Path, world_size: int, before: set) -> None:
     """SIGKILL every rank that has not returned, and any worker that never reported."""
+    pids = {}
     for rank in range(world_size):
-        pid_file = marker(run_dir, rank, "pid")
-        if pid_file.exists() and not marker(run_dir, rank, "done").exists():
-            try:
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            pids[rank] = int(marker(run_dir, rank, "pid").read_text())
+    for rank, pid in pids.items():
+        if not finished(run_dir, rank):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     for child in set(mp.active_children()) - before:
-        if not any(marker(run_dir, r, "pid").exists() and marker(run_dir, r, "pid").read_text() == str(child.pid)
-                   for r in range(world_size)):
+        if child.pid not in pids.values():
             child.kill()
 
 
@@ -70,14 +71,27 @@ def diagnose_failure(exc: ChildFailedError, run_dir: Path, world_size: int, engi
     """
     raised = {r: e for r in range(world_size) if (e := read_error(run_dir, r)) is not None}
     causes = {r: e for r, e in raised.items() if not any(p in e[1] for p in _LOST_PEER)}
-    if causes:  # the rank whose error file is oldest raised first; the others followed it
-        rank = min(causes, key=lambda r: marker(run_dir, r, "error").stat().st_mtime)
+
+    def first(ranks):  # the rank whose error file is oldest raised first; the others followed it
+        return min(ranks, key=lambda r: marker(run_dir, r, "error").stat().st_mtime)
+
+    if causes:
+        rank = first(causes)
         return RankFailedError(rank, *causes[rank])
     reported_rank, failure = next(iter(sorted(exc.failures.items())))
-    silent = [r for r in range(world_size) if r not in raised and not marker(run_dir, r, "done").exists()]
-    if not silent:  # every failure was a lost connection: report the first
-        rank = min(raised, key=lambda r: marker(run_dir, r, "error").stat().st_mtime)
+    notes = [line for line in engine_log if not line.startswith("INFO")]
+    silent = [r for r in range(world_size) if r not in raised and not finished(run_dir, r)]
+    if not silent and raised:  # every failure was a lost connection: report the first
+        rank = first(raised)
         return RankFailedError(rank, *raised[rank])
+    if not silent:  # every function returned; a process failed afterwards, sending its result back
+        return RankFailedError(
+            reported_rank, "ResultNotSent",
+            f"rank {reported_rank}'s function returned, but its process exited with code {failure.exitcode} "
+            "while sending the result back to the launcher, usually because the result cannot be pickled: "
+            "return tensors (on the CPU), numbers, strings, lists or dicts of them, not locks, generators, "
+            "modules holding process groups or open files",
+            "(the launcher reported:)\n" + "\n".join(notes[-10:]))
     rank = reported_rank if reported_rank in silent else silent[0]
     code = failure.exitcode if rank == reported_rank else None
     how = ("was killed by a signal or crashed" if code is None
@@ -85,6 +99,5 @@ def diagnose_failure(exc: ChildFailedError, run_dir: Path, world_size: int, engi
     message = f"the process {how} without a Python exception"
     if raised:
         message += f"; rank(s) {sorted(raised)} then lost their connection to it"
-    notes = [line for line in engine_log if not line.startswith("INFO")]
     return RankFailedError(rank, "ProcessExit", message,
                            "(no Python traceback; the launcher reported:)\n" + "\n".join(notes[-10:]))

@@ -35,7 +35,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from ._launch_io import EngineLog, current_signal_handlers, real_stdio, restore, show_rank_output
-from ._rank_entry import RankSpec, marker, run_rank
+from ._rank_entry import RankSpec, finished, run_rank
 from .launch_errors import LaunchError, LaunchTimeoutError, RankFailedError, diagnose_failure, stop_unfinished
 from .hardware import pick_backend
 
@@ -96,12 +96,12 @@ def launch(fn, *args, world_size: int = 2, backend: str = "auto", timeout: float
     if some rank has not returned after ``timeout`` seconds, and
     ``KeyboardInterrupt`` if interrupted; in every case all ranks are stopped.
     """
+    if timeout <= 0:
+        raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
     backend = pick_backend(world_size, backend)
     method = _start_method(start_method, fn, args)
     if method == "fork":
         _preload_for_fork()
-    if timeout <= 0:
-        raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
     run_dir = Path(tempfile.mkdtemp(prefix="course_launch_"))
     spec = RankSpec(str(run_dir), backend, init_group, threads_per_rank, group_timeout_s=timeout + 60)
     config = _launch_config(world_size, method, run_dir, timeout)
@@ -129,7 +129,7 @@ def launch(fn, *args, world_size: int = 2, backend: str = "auto", timeout: float
                 results = elastic_launch(config, run_rank)(fn, args, spec)
             except ChildFailedError as exc:
                 if timed_out.is_set():
-                    unfinished = [r for r in range(world_size) if not marker(run_dir, r, "done").exists()]
+                    unfinished = [r for r in range(world_size) if not finished(run_dir, r)]
                     error = LaunchTimeoutError(unfinished, world_size, timeout)
                 else:
                     error = diagnose_failure(exc, run_dir, world_size, engine_log.lines)

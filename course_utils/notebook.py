@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import multiprocessing
 import os
 import sys
 
@@ -15,6 +16,17 @@ def environment() -> str:
     if "ipykernel" in sys.modules:
         return "jupyter"
     return "script"
+
+
+def in_kernel() -> bool:
+    """Whether this is a notebook kernel's own process, the one that may display in the notebook.
+
+    A rank forked from the kernel by ``launch`` inherits the kernel object but must
+    not talk to the notebook, so it answers False.
+    """
+    ipython = sys.modules.get("IPython")  # imported in every notebook kernel
+    kernel = ipython is not None and getattr(ipython.get_ipython(), "kernel", None) is not None
+    return kernel and multiprocessing.parent_process() is None
 
 
 def show_source(obj) -> None:

@@ -20,20 +20,17 @@ would break that. So ``Progress`` works like this:
 """
 from __future__ import annotations
 
-import multiprocessing
 import sys
 import time
+
+from .notebook import in_kernel
 
 __all__ = ["Progress", "where_progress_shows"]
 
 
 def where_progress_shows() -> str:
     """``"notebook"``, ``"terminal"`` or ``"nowhere"``: how a ``Progress`` made here would show."""
-    ipython = sys.modules.get("IPython")
-    in_kernel = ipython is not None and getattr(ipython.get_ipython(), "kernel", None) is not None
-    # A process forked from the kernel (a rank of launch) inherits the kernel object
-    # but must not talk to the notebook: only the kernel's own process may.
-    if in_kernel and multiprocessing.parent_process() is None:
+    if in_kernel():
         return "notebook"
     if getattr(sys.stderr, "isatty", lambda: False)():
         return "terminal"
@@ -86,13 +83,13 @@ class Progress:
 
     def close(self) -> None:
         """Remove the line (notebook) or end it (terminal)."""
-        if self.mode == "notebook" and self._handle is not None:
+        if self.mode == "notebook":
             self._handle.update({"text/plain": ""}, raw=True)
             self._handle = None
         elif self.mode == "terminal":
             sys.stderr.write("\n")
             sys.stderr.flush()
-            self.mode = "nowhere"
+        self.mode = "nowhere"
 
     def __enter__(self) -> "Progress":
         return self

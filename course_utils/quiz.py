@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from .notebook import in_kernel
 
 QUESTIONS_PER_CHAPTER = 8
 OPTIONS = ("A", "B", "C", "D")
@@ -211,8 +212,7 @@ def _render(quiz: Quiz) -> tuple[str, str]:
 def ask(chapter: int | str, quiz_dir: str | os.PathLike | None = None) -> None:
     """Show a chapter's questions: Markdown in a notebook (plain text beside it), else printed."""
     text, markdown = _render(load(chapter, quiz_dir))
-    ipython = sys.modules.get("IPython")            # imported in every notebook kernel
-    if ipython and getattr(ipython.get_ipython(), "kernel", None) is not None:
+    if in_kernel():
         from IPython.display import display
         display({"text/plain": text, "text/markdown": markdown}, raw=True)
     else:

@@ -283,3 +283,14 @@ def test_read_criteo_tsv(tmp_path):
     assert set(np.unique(per_column.sparse)) <= {0, 1}
     with pytest.raises(FileNotFoundError, match="never downloads"):
         data.read_criteo_tsv(tmp_path / "missing.tsv")
+
+
+@pytest.mark.parametrize("extra", ["first", "later", "short"])
+def test_read_criteo_tsv_refuses_lines_with_the_wrong_number_of_fields(tmp_path, extra):
+    good = _criteo_line(1, [1] * 13, ["68fd1e64"] * 26)
+    bad = {"first": [good + "\t7", good], "later": [good, good + "\t7"],
+           "short": [good.rsplit("\t", 1)[0], good]}[extra]
+    path = tmp_path / "not_criteo.tsv"
+    path.write_text("\n".join(bad) + "\n")
+    with pytest.raises(ValueError, match="does not look like Criteo TSV"):
+        data.read_criteo_tsv(path)

@@ -205,3 +205,16 @@ def test_a_killed_rank_is_blamed_not_the_peers_that_lost_it(tmp_path):
         assert info.value.rank == 1, str(info.value)
         assert info.value.exc_type == "ProcessExit"
         _assert_all_gone(tmp_path, 3)
+
+
+def unpicklable_result_on_rank1(pid_dir):
+    _record_pid(pid_dir)
+    return threading.Lock() if dist.get_rank() == 1 else dist.get_rank()
+
+
+def test_a_result_that_cannot_be_sent_back_is_named(tmp_path):
+    with pytest.raises(RankFailedError) as info:
+        launch(unpicklable_result_on_rank1, str(tmp_path), world_size=2, timeout=60)
+    assert info.value.rank == 1 and info.value.exc_type == "ResultNotSent"
+    assert "cannot be pickled" in info.value.message and "cannot pickle '_thread.lock'" in info.value.traceback
+    _assert_all_gone(tmp_path, 2)

@@ -12,22 +12,22 @@ CASES = [("table_wise", {}), ("column_wise", {}), ("row_wise", {"split": "range"
 FORWARD_TOL, GRAD_TOL = 1e-6, 1e-5    # row-wise adds partial sums in another order than EmbeddingBag
 
 
-def _problem(world_size, pooling):
+def _problem(world_size, pooling, cards=CARDS):
     """Tables, every rank's ids and a fixed upstream gradient, the same on every rank."""
     g = torch.Generator().manual_seed(pooling)
-    tables = [torch.randn(n, DIM, generator=g) for n in CARDS]
-    ids = torch.stack([torch.randint(0, n, (world_size * BATCH, pooling), generator=g) for n in CARDS], 1)
-    upstream = torch.randn(world_size * BATCH, len(CARDS), DIM, generator=g)
+    tables = [torch.randn(n, DIM, generator=g) for n in cards]
+    ids = torch.stack([torch.randint(0, n, (world_size * BATCH, pooling), generator=g) for n in cards], 1)
+    upstream = torch.randn(world_size * BATCH, len(cards), DIM, generator=g)
     return tables, (ids.squeeze(-1) if pooling == 1 else ids), upstream
 
 
-def _compare(kind, options):
+def _compare(kind, options, cards=CARDS):
     """On each rank: sharded forward/backward on its rows; returns max differences and traffic."""
     rank, world = dist.get_rank(), dist.get_world_size()
     out = {}
     for pooling in (1, 3):
-        tables, ids, upstream = _problem(world, pooling)
-        lookup = sharding.shard_embeddings(sharding.make_plan(kind, CARDS, DIM, world, **options), tables)
+        tables, ids, upstream = _problem(world, pooling, cards)
+        lookup = sharding.shard_embeddings(sharding.make_plan(kind, cards, DIM, world, **options), tables)
         mine = slice(rank * BATCH, (rank + 1) * BATCH)
         pooled = lookup(ids[mine])
         (pooled * upstream[mine]).sum().backward()
@@ -37,8 +37,8 @@ def _compare(kind, options):
         out[pooling] = {
             "shape": tuple(pooled.shape),
             "forward": (pooled - reference[mine]).abs().max().item(),
-            "grad": max(((g - s.of(full[s.table].grad)).abs().max().item() if g.numel() else 0.0)
-                        for s, g in lookup.shard_gradients()),
+            "grad": max([(g - s.of(full[s.table].grad)).abs().max().item() if g.numel() else 0.0
+                         for s, g in lookup.shard_gradients()], default=0.0),  # default: a rank without shards
             "traffic": lookup.traffic.as_dict(),
         }
     return out
@@ -58,6 +58,15 @@ def test_sharded_lookup_equals_unsharded_and_bytes_match_formula(kind, options, 
         routed = sharding.routed_ids(plan, list(ids.split(BATCH))) if kind == "row_wise" else None
         expected = sharding.formula(kind, BATCH, len(CARDS), DIM, world_size, pooling, routed)
         assert sharding.measured([r["traffic"] for r in per_rank]) == expected  # exactly, every phase
+
+
+def test_table_wise_with_fewer_tables_than_ranks():
+    """Ranks 2 and 3 own no table, yet take part in both all-to-alls, forward and backward."""
+    results = launch(_compare, "table_wise", {}, CARDS[:2], world_size=4, timeout=120)
+    for pooling in (1, 3):
+        assert all(r[pooling]["shape"] == (BATCH, 2, DIM) for r in results)
+        assert max(r[pooling]["forward"] for r in results) <= FORWARD_TOL
+        assert max(r[pooling]["grad"] for r in results) <= GRAD_TOL
 
 
 def test_exact_for_one_id_per_table():

@@ -83,14 +83,22 @@ def read_criteo_tsv(path: Union[str, Path], *, max_rows: int | None = None,
     if len(sizes) != _N_SPARSE or min(sizes) < 2:
         raise ValueError(f"buckets must be one int >= 2 or {_N_SPARSE} of them, got {buckets!r}.")
     names = ["label", *dense_columns(_N_DENSE), *sparse_columns(_N_SPARSE)]
-    df = pd.read_csv(path, sep="\t", header=None, names=names, nrows=max_rows,
-                     dtype={**{c: "float64" for c in names[:1 + _N_DENSE]},
-                            **{c: "object" for c in names[1 + _N_DENSE:]}},
-                     keep_default_na=False, na_values={c: [""] for c in names[:1 + _N_DENSE]},
-                     quoting=3, engine="c")
-    if df.shape[1] != 1 + _N_DENSE + _N_SPARSE or df["label"].isna().any():
-        raise ValueError(f"{path.name} does not look like Criteo TSV: expected 40 tab-separated "
-                         "fields per line with a 0/1 label first.")
+    not_criteo = (f"{path.name} does not look like Criteo TSV: expected {len(names)} tab-separated "
+                  "fields per line with a 0/1 label first")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        fields = f.readline().rstrip("\r\n").count("\t") + 1
+    if fields != len(names):   # read_csv with names= would drop or pad the extra fields silently
+        raise ValueError(f"{not_criteo}; its first line has {fields}.")
+    try:
+        df = pd.read_csv(path, sep="\t", header=None, names=names, nrows=max_rows,
+                         dtype={**{c: "float64" for c in names[:1 + _N_DENSE]},
+                                **{c: "object" for c in names[1 + _N_DENSE:]}},
+                         keep_default_na=False, na_values={c: [""] for c in names[:1 + _N_DENSE]},
+                         quoting=3, engine="c")
+    except (pd.errors.ParserError, ValueError) as exc:  # a later line with too many fields, or text in a number
+        raise ValueError(f"{not_criteo} ({str(exc).strip()})") from None
+    if df["label"].isna().any():
+        raise ValueError(f"{not_criteo}.")
     counts = df[dense_columns(_N_DENSE)].to_numpy(np.float64)
     dense = np.log1p(np.clip(np.nan_to_num(counts, nan=0.0), 0.0, None)).astype(np.float32)
     sparse = np.empty((len(df), _N_SPARSE), dtype=np.int64)

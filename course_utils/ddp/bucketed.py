@@ -163,8 +163,8 @@ class BucketedDDP(NaiveDDP):
 
     def _rebuild_buckets(self) -> None:
         """Rebuild the buckets in the order the gradients arrived (rank 0's order, on every rank)."""
-        order = torch.tensor(self._ready_order, dtype=torch.int64)
-        dist.broadcast(order, src=dist.get_global_rank(self.group, 0) if self.group is not None else 0,
-                       group=self.group)
+        # on the parameters' device: an NCCL group has no CPU backend
+        order = torch.tensor(self._ready_order, dtype=torch.int64, device=next(self.module.parameters()).device)
+        dist.broadcast(order, src=self.src, group=self.group)
         self._build_buckets(order.tolist())
         self.buckets_rebuilt = True

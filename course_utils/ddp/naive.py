@@ -51,7 +51,8 @@ class NaiveDDP(nn.Module):
         self.world_size = dist.get_world_size(group)
         self.require_gradient_sync = True
         self.collectives_launched = 0
-        broadcast_parameters(module, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+        self.src = dist.get_global_rank(group, 0) if group is not None else 0  # the group's first rank
+        broadcast_parameters(module, src=self.src, group=group)
 
     def forward(self, *inputs, **kwargs):
         return self.module(*inputs, **kwargs)

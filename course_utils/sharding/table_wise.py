@@ -31,9 +31,11 @@ class TableWiseEmbeddingBags(ShardedEmbeddingBags):
         got = exchange([bags[:, owned[s]] for s in range(W)],           # 1. ids out
                        [(B, len(owned[self.rank]), L)] * W, "ids", self.traffic)
         every_batch = torch.cat(got)                                    # [W * B, T_mine, L]
-        pooled = torch.stack([F.embedding_bag(every_batch[:, j], w, mode="sum")
-                              for j, w in enumerate(self.weights)], dim=1) if len(self.weights) \
-            else every_batch.new_zeros((W * B, 0, D), dtype=torch.float32)  # 2. look up
+        if len(self.weights):                                           # 2. look up
+            pooled = torch.stack([F.embedding_bag(every_batch[:, j], w, mode="sum")
+                                  for j, w in enumerate(self.weights)], dim=1)
+        else:  # no table here: nothing to send, but backward's reverse all-to-all needs this rank too
+            pooled = every_batch.new_zeros((W * B, 0, D), dtype=torch.float32).requires_grad_(torch.is_grad_enabled())
         back = exchange(list(pooled.split(B)),                          # 3. pooled embeddings back
                         [(B, len(owned[s]), D) for s in range(W)], "embeddings", self.traffic)
         order = [t for s in range(W) for t in owned[s]]                 # table of each column of cat(back)
