@@ -69,3 +69,14 @@ def pick_backend(world_size: int, backend: str = "auto") -> str:
         raise ValueError("backend='mpi' needs PyTorch built from source with MPI; this build has none. "
                          "Use backend='gloo' (CPU) or 'nccl' (GPUs)")
     return backend
+
+
+def rank_device() -> torch.device:
+    """This rank's device once its group is up: its own GPU under NCCL, else the CPU.
+
+    ``launch`` and the course's torchrun scripts select each NCCL rank's GPU
+    (``torch.cuda.set_device(LOCAL_RANK)``) before the group starts.
+    """
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

@@ -18,8 +18,7 @@ import copy
 
 import numpy as np
 import torch
-import torch._dynamo  # noqa: F401  DDP and the optimizers import it on first use: once here, before
-import torch.distributed as dist  # the ranks fork, instead of once per rank (1.5 s each, more when busy)
+import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 

@@ -20,12 +20,15 @@ Small messages pay mostly ``alpha`` (latency-bound), large ones mostly
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from ..hardware import rank_device
 
 
 def algorithm_bandwidth(nbytes: float, seconds: float) -> float:
@@ -42,23 +45,30 @@ def bus_bandwidth(nbytes: float, seconds: float, world_size: int) -> float:
     return algorithm_bandwidth(nbytes, seconds) * 2 * (world_size - 1) / world_size
 
 
-def time_all_reduce(all_reduce, nbytes: int, repeats: int = 5, group=None) -> list[float]:
+def time_all_reduce(all_reduce, nbytes: int, repeats: int = 5, group=None, warm_up: bool = True) -> list[float]:
     """Seconds per call of ``all_reduce(tensor)`` on a float32 tensor of ``nbytes``; run on every rank.
 
     Each repeat starts the ranks together (a barrier), runs enough calls to last
     a few milliseconds (more for small messages), and keeps the slowest rank's
     time per call, so every rank returns the same list of ``repeats`` figures.
+    The tensor is on the rank's device (its GPU under NCCL); ``warm_up`` first
+    runs one untimed call (connections, first use of the memory).
     """
-    t = torch.zeros(max(1, nbytes // 4), dtype=torch.float32)  # zeros stay zeros however often summed
+    device = rank_device()
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    t = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)  # zeros stay zeros when summed
     calls = max(1, min(50, (4 << 20) // max(nbytes, 1)))
-    all_reduce(t, group=group)  # warm up: connections, first-touch of the memory
+    if warm_up:
+        all_reduce(t, group=group)
     seconds = []
     for _ in range(repeats):
         dist.barrier(group=group)
+        sync()
         start = time.perf_counter()
         for _ in range(calls):
             all_reduce(t, group=group)
-        slowest = torch.tensor([(time.perf_counter() - start) / calls], dtype=torch.float64)
+        sync()  # a GPU collective returns before it is done
+        slowest = torch.tensor([(time.perf_counter() - start) / calls], dtype=torch.float64, device=device)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
         seconds.append(slowest.item())
     return seconds
@@ -77,9 +87,9 @@ def sweep(implementations: dict, sizes: list[int], repeats: int = 5, group=None)
     rows = []
     for nbytes in sizes:
         times = {name: [] for name in implementations}
-        for _ in range(repeats):
+        for i in range(repeats):
             for name, fn in implementations.items():
-                times[name] += time_all_reduce(fn, nbytes, repeats=1, group=group)
+                times[name] += time_all_reduce(fn, nbytes, repeats=1, group=group, warm_up=i == 0)
         for name, ts in times.items():
             t = statistics.median(ts)
             rows.append({"name": name, "nbytes": nbytes, "world_size": w, "seconds": t,
@@ -143,8 +153,7 @@ def plot(rows: list[dict], fits: dict | None = None, title: str = ""):
         x = [r["nbytes"] for r in mine]
         ax.plot(x, [r["busbw"] / 1e9 for r in mine], "o-", color=f"C{k}", label=f"{name} (measured)")
         if fits and name in fits:
-            dense = torch.logspace(torch.log10(torch.tensor(float(x[0]))).item(),
-                                   torch.log10(torch.tensor(float(x[-1]))).item(), 60).tolist()
+            dense = torch.logspace(math.log10(x[0]), math.log10(x[-1]), 60, dtype=torch.float64).tolist()
             ax.plot(dense, [fits[name].busbw(n) / 1e9 for n in dense], "--", color=f"C{k}",
                     label=f"{name}, alpha-beta fit")
     ax.set_xscale("log", base=2)

@@ -15,17 +15,14 @@ import time
 import torch
 import torch.distributed as dist
 
-
-def _device() -> torch.device:
-    """NCCL ranks work on their own GPU; gloo ranks on the CPU."""
-    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+from ..hardware import rank_device
 
 
 def start_tensor(length: int | None = None) -> torch.Tensor:
     """Rank r's starting tensor ``[10r, 10r + 1, ...]``: ``[length]`` float32 (default: world size)."""
     rank, w = dist.get_rank(), dist.get_world_size()
     n = w if length is None else length
-    return (10 * rank + torch.arange(n, dtype=torch.float32)).to(_device())
+    return (10 * rank + torch.arange(n, dtype=torch.float32)).to(rank_device())
 
 
 def _out(t: torch.Tensor) -> list:

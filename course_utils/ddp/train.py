@@ -31,6 +31,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
 from ..data import Batch, ClickLogs, parquet_info, read_parquet, row_groups_of_rank
+from ..hardware import rank_device
 from ..models import DLRMConfig
 from ..progress import Progress
 from ..train import evaluate, make_optimizer
@@ -84,13 +85,6 @@ def wrap(model: nn.Module, kind: str, **options) -> nn.Module:
     if kind == "torch" and device.type == "cuda":
         options = {"device_ids": [device], **options}
     return makers[kind](model, **options)
-
-
-def rank_device() -> torch.device:
-    """This rank's device: its GPU under NCCL (``launch`` and torchrun's LOCAL_RANK), else the CPU."""
-    if dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 def finish_gradient_sync(model: nn.Module) -> None:

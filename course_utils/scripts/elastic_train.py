@@ -22,9 +22,6 @@ import signal
 import time
 from pathlib import Path
 
-import torch._dynamo  # noqa: F401  DDP imports it when built; importing it here, in a notebook that
-#                       launches train() in forked ranks, saves each rank that import (2 s or more)
-
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -66,11 +63,12 @@ def train(args: argparse.Namespace) -> dict:
 
     from course_utils import checkpoint, data
     from course_utils.data import Batch
+    from course_utils.hardware import rank_device
     from course_utils.models import DLRM
     from course_utils.train import make_optimizer, train_step
 
     rank = dist.get_rank()
-    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if dist.get_backend() == "nccl" else torch.device("cpu")
+    device = rank_device()
     attempt = attempt_number(args.out, rank)
     logs = data.make_click_logs(args.rows, seed=args.seed, cardinalities=data.criteo_cardinalities(1 / 1000))
     dataset = TensorDataset(*(torch.from_numpy(a) for a in (logs.dense, logs.sparse, logs.label)))

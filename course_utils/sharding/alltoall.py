@@ -12,22 +12,16 @@ for itself is not counted: it never leaves the process).
 """
 from __future__ import annotations
 
-import os
 from typing import Sequence
 
 import torch
 import torch.distributed as dist
 
+from ..hardware import rank_device
+
 __all__ = ["Traffic", "exchange", "rank_device"]
 
 PHASES = ("counts", "ids", "embeddings", "gradients")
-
-
-def rank_device() -> torch.device:
-    """This rank's device: ``cuda:LOCAL_RANK`` when the group uses NCCL, else the CPU."""
-    if dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    return torch.device("cpu")
 
 
 class Traffic:
