@@ -202,6 +202,7 @@ def test_parquet_round_trip_with_row_groups(tmp_path):
     path = data.write_parquet(logs, tmp_path / "clicks.parquet", row_groups=6)
     info = data.parquet_info(path)
     assert info["rows"] == 1003 and info["row_groups"] == 6
+    assert info["cardinalities"] == tuple(logs.cardinalities)
     assert max(info["rows_per_group"]) - min(info["rows_per_group"]) <= 1
     back = data.read_parquet(path)
     assert back.cardinalities == logs.cardinalities and fingerprint(back) == fingerprint(logs)

@@ -53,12 +53,15 @@ def write_parquet(logs: ClickLogs, path: PathLike, row_groups: int) -> Path:
 
 
 def parquet_info(path: PathLike) -> dict:
-    """Rows, row groups and rows per row group of a parquet file."""
+    """Rows, row groups, rows per row group and the tables' cardinalities (None if the file
+    was not written by ``write_parquet``) of a parquet file: its metadata only, no rows read."""
     import pyarrow.parquet as pq
 
-    md = pq.ParquetFile(path).metadata
+    pf = pq.ParquetFile(path)
+    md, meta = pf.metadata, pf.schema_arrow.metadata or {}
     return {"rows": md.num_rows, "row_groups": md.num_row_groups,
-            "rows_per_group": [md.row_group(i).num_rows for i in range(md.num_row_groups)]}
+            "rows_per_group": [md.row_group(i).num_rows for i in range(md.num_row_groups)],
+            "cardinalities": tuple(json.loads(meta[_META_KEY])) if _META_KEY in meta else None}
 
 
 def row_groups_of_rank(n_row_groups: int, rank: int, world_size: int, path: PathLike = "FILE") -> list[int]:

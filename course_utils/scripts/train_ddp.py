@@ -49,9 +49,13 @@ def inputs(args: argparse.Namespace, rank: int = 0, world_size: int = 1):
     from course_utils.models import DLRMConfig
 
     if args.parquet is not None:
-        # this rank's share; a row-group count that does not split evenly stops here, with the fix
-        train, held_out = args.parquet, None
-        cards = data.read_parquet(args.parquet, rank, world_size).cardinalities
+        # a row-group count that does not split evenly stops here, with the fix; ddp_worker reads the rows
+        train, held_out, info = args.parquet, None, data.parquet_info(args.parquet)
+        data.row_groups_of_rank(info["row_groups"], rank, world_size, args.parquet)
+        cards = info["cardinalities"]
+        if cards is None:
+            raise SystemExit(f"{args.parquet} was not written by course_utils.data.write_parquet "
+                             "(no cardinalities in its metadata)")
     else:
         train, held_out = data.make_click_logs(args.rows, seed=args.seed).split(0.8)
         cards = train.cardinalities
@@ -72,15 +76,14 @@ def main(argv=None) -> None:
 
     from course_utils.collectives import init_group
     from course_utils.ddp import ddp_worker
-    from course_utils.hardware import gpu_count
+    from course_utils.hardware import pick_backend
 
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    use_gpus = gpu_count() >= local_world
-    if use_gpus:
+    backend = pick_backend(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))  # NCCL if each local rank has a GPU
+    if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     else:
         torch.set_num_threads(1)      # ranks share this machine's cores
-    init_group("nccl" if use_gpus else "gloo")     # env:// : what torchrun set
+    init_group(backend)               # env:// : what torchrun set
     try:
         train, held_out, model_config, settings = inputs(args, dist.get_rank(), dist.get_world_size())
         run = ddp_worker(args.kind, train, model_config, settings, eval_data=held_out)
