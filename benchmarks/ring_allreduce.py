@@ -25,16 +25,8 @@ from course_utils.collectives import bandwidth, ring_all_reduce
 IMPLEMENTATIONS = {"gloo all_reduce": dist.all_reduce, "ring by hand": ring_all_reduce}
 
 
-def _measure(sizes: list[int], repeats: int) -> list[dict]:
-    return bandwidth.sweep(IMPLEMENTATIONS, sizes, repeats=repeats)
-
-
 def _load() -> str:
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "unknown"
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> None:
@@ -51,7 +43,8 @@ def main() -> None:
           f"{'ring ms':>8} {'algbw':>7} {'busbw':>7} | ring/gloo")
     target_met = True
     for w in args.ranks:
-        rows = launch(_measure, sizes, args.repeats, world_size=w, timeout=1800, show_output=False)[0]
+        rows = launch(bandwidth.sweep, IMPLEMENTATIONS, sizes, args.repeats, world_size=w, backend="gloo",
+                      timeout=1800, show_output=False)[0]
         by = {(r["name"], r["nbytes"]): r for r in rows}
         for n in sizes:
             g, r = by["gloo all_reduce", n], by["ring by hand", n]

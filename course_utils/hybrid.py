@@ -15,6 +15,7 @@ training computes, so the two train the same model.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import torch
@@ -25,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from . import sharding
 from .checkpoint import settle_ddp_buckets
 from .data import Batch, ClickLogs
-from .metrics import Timer, auc, logloss
+from .metrics import Timer, scores
 from .models import DLRM, DLRMConfig
 from .train import History, make_optimizer, predict, train_step
 
@@ -57,9 +58,7 @@ def _dense_source(model_or_config, seed: int) -> DLRM:
     if isinstance(model_or_config, DLRM):
         return model_or_config
     if isinstance(model_or_config, DLRMConfig):
-        c = model_or_config
-        return DLRM([1] * c.n_tables, n_dense=c.n_dense, embedding_dim=c.embedding_dim,
-                    bottom_mlp=c.bottom_mlp, top_mlp=c.top_mlp, seed=seed)
+        return dataclasses.replace(model_or_config, cardinalities=(1,) * model_or_config.n_tables).build(seed=seed)
     raise TypeError(f"expected a DLRM or a DLRMConfig, got {type(model_or_config).__name__}")
 
 
@@ -126,7 +125,7 @@ def evaluate_hybrid(model: HybridDLRM, data: ClickLogs, batch_size: int = 8192) 
     everyone = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(everyone, mine)
     probs = torch.cat(everyone).cpu().numpy()
-    return {"auc": auc(data.label, probs), "logloss": logloss(data.label, probs)}
+    return scores(data.label, probs)
 
 
 def train_hybrid(model: HybridDLRM, data: ClickLogs, *, epochs: int = 1, batch_size: int = 1024,

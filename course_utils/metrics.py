@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-__all__ = ["auc", "logloss", "throughput", "Timer"]
+__all__ = ["auc", "logloss", "scores", "throughput", "Timer"]
 
 
 def _as_1d_float64(x, name: str) -> np.ndarray:
@@ -83,6 +83,11 @@ def logloss(labels, probs, eps: float = 1e-7) -> float:
                          "pass torch.sigmoid(logits), not the logits.")
     p = np.clip(p, eps, 1.0 - eps)
     return float(-np.mean(y * np.log(p) + (1.0 - y) * np.log1p(-p)))
+
+
+def scores(labels, probs) -> dict:
+    """``{"auc": .., "logloss": ..}`` of predicted click probabilities against 0/1 labels."""
+    return {"auc": auc(labels, probs), "logloss": logloss(labels, probs)}
 
 
 def throughput(samples: int, seconds: float) -> float:

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from .data import Batch, ClickLogs
-from .metrics import Timer, auc, logloss
+from .metrics import Timer, scores
 
 __all__ = ["make_optimizer", "train_step", "predict", "evaluate", "train", "History"]
 
@@ -59,7 +59,7 @@ def predict(model: nn.Module, data: ClickLogs, batch_size: int = 8192) -> np.nda
 def evaluate(model: nn.Module, data: ClickLogs, batch_size: int = 8192) -> dict:
     """``{"auc": .., "logloss": ..}`` of the model's predictions on ``data``."""
     probs = predict(model, data, batch_size)
-    return {"auc": auc(data.label, probs), "logloss": logloss(data.label, probs)}
+    return scores(data.label, probs)
 
 
 @dataclass

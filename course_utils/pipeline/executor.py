@@ -235,7 +235,7 @@ def collect(schedule: Schedule, results: list[dict], warmup: int) -> PipelineRun
     for k in range(warmup, len(results[0]["steps"])):
         events = [Event(rank, a, start, end) for rank, r in enumerate(results) for a, start, end in r["steps"][k][0]]
         timelines.append(Timeline(tuple(events), schedule.p, name=f"{schedule.name} (measured)", unit="ms",
-                                  meta={"p": schedule.p, "m": schedule.m, "v": schedule.v}))
+                                  meta={"v": schedule.v}))
         times.append(max(r["steps"][k][1] for r in results))
     grads = {name: g for r in results for name, g in r["grads"].items()}
     return PipelineRun(times, sum(loss for r in results for loss in r["losses"]), grads, timelines)

@@ -62,7 +62,7 @@ def simulate(schedule: Schedule, costs: Costs | Sequence[Costs] = Costs(), unit:
         start = max(free_at[d], ready)
         end[action] = free_at[d] = start + c.of(action.kind, s.split_backward)
         events.append(Event(d, action, start, end[action]))
-    return Timeline(tuple(events), s.p, name=s.name, unit=unit, meta={"p": s.p, "m": s.m, "v": s.v, "costs": costs})
+    return Timeline(tuple(events), s.p, name=s.name, unit=unit, meta={"v": s.v})
 
 
 def measured_costs(timeline: Timeline, num_stages: int) -> list[Costs]:

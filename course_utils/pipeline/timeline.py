@@ -40,7 +40,7 @@ class Timeline:
     num_devices: int
     name: str = ""
     unit: str = "unit"
-    meta: dict = field(default_factory=dict, compare=False)
+    meta: dict = field(default_factory=dict, compare=False)  # {"v": model chunks per device}, for the plot
 
     def __post_init__(self):
         bad = [e for e in self.events if not (0 <= e.device < self.num_devices) or e.end < e.start]

@@ -44,11 +44,6 @@ class Traffic:
             if d != self.rank:
                 self.to[phase][d] += int(nbytes)
 
-    def sent(self, phase: str | None = None) -> int:
-        """Bytes sent in ``phase`` (all phases if None)."""
-        phases = PHASES if phase is None else (phase,)
-        return sum(sum(self.to[p]) for p in phases)
-
     def as_dict(self) -> dict:
         """``{phase: [bytes to rank 0, .., rank W-1]}``, plain ints (picklable, printable)."""
         return {phase: list(v) for phase, v in self.to.items()}

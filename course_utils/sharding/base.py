@@ -17,7 +17,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
-from .alltoall import Traffic, rank_device
+from ..hardware import rank_device
+from .alltoall import Traffic
 from .plan import Shard, ShardingPlan
 
 __all__ = ["ShardedEmbeddingBags", "lookup_unsharded", "full_tables"]
@@ -50,7 +51,7 @@ class ShardedEmbeddingBags(nn.Module):
     """
 
     def __init__(self, plan: ShardingPlan, weights=None, *, seed: int = 0, budget=None,
-                 extra_values: int = 0, device: torch.device | None = None):
+                 extra_values: int = 0):
         super().__init__()
         if not dist.is_initialized():
             raise RuntimeError("a sharded lookup lives in a process group: build it inside a function "
@@ -62,7 +63,7 @@ class ShardedEmbeddingBags(nn.Module):
         self.plan, self.shards = plan, plan.shards_of(self.rank)
         if budget is not None:  # every rank checks every rank: all refuse together, none waits for the others
             budget.check(plan, extra_values=extra_values)
-        device = device or rank_device()
+        self.device = device = rank_device()
         tables = None if weights is None else full_tables(weights)
         if tables is not None and [tuple(w.shape) for w in tables] != [(n, plan.dim) for n in plan.cardinalities]:
             raise ValueError("weights do not match the plan: expected tables of shapes "
@@ -96,7 +97,7 @@ class ShardedEmbeddingBags(nn.Module):
                 t = int(bad.nonzero()[0])
                 raise IndexError(f"table {t} has {plan.cardinalities[t]} rows but got ids in "
                                  f"[{int(bags[:, t].min())}, {int(bags[:, t].max())}]; hash or clip ids into range")
-        return bags.to(self.weights[0].device if len(self.weights) else rank_device())
+        return bags.to(self.device)
 
     def shard_gradients(self) -> list:
         """``[(shard, grad)]`` for this rank's shards (grad None before a backward pass)."""

@@ -48,10 +48,10 @@ class MemoryBudget:
         every rank holds, such as replicated dense layers)."""
         return [self.training_bytes(b // self.itemsize + extra_values) for b in plan.bytes_per_rank(self.itemsize)]
 
-    def check(self, plan: ShardingPlan, extra_values: int = 0, rank: int | None = None) -> None:
-        """Raise :class:`BudgetExceededError` if any rank (or only ``rank``) would exceed the budget."""
+    def check(self, plan: ShardingPlan, extra_values: int = 0) -> None:
+        """Raise :class:`BudgetExceededError` if any rank would exceed the budget."""
         need = self.need(plan, extra_values)
-        over = [r for r, n in enumerate(need) if n > self.bytes_per_rank and rank in (None, r)]
+        over = [r for r, n in enumerate(need) if n > self.bytes_per_rank]
         if not over:
             return
         r = over[0]
