@@ -12,12 +12,41 @@ Chapter-specific code lives in submodules (``course_utils.data``,
 The top-level names are imported on first use, so a script that torchrun starts
 as ``python -m course_utils.scripts.<name>`` pays only for what it uses.
 """
+from __future__ import annotations
+
 import importlib
+import re
+import sys
+from importlib import metadata
+
+TORCH_FLOOR = (2, 9)  # the oldest torch the course is tested on (.ci/run); requirements.txt says the same
+
+
+def torch_floor_note(version: str) -> str | None:
+    """One line saying that torch ``version`` is older than ``TORCH_FLOOR``, or None if it is not."""
+    found = re.match(r"(\d+)\.(\d+)", version)
+    if found is None or tuple(map(int, found.groups())) >= TORCH_FLOOR:
+        return None
+    floor = ".".join(map(str, TORCH_FLOOR))
+    return (f"course_utils: torch {version} is older than {floor}, the oldest release this course is "
+            f"tested on; some cells may fail (install torch>={floor} in a fresh environment).")
+
+
+def _check_torch_version() -> None:
+    try:
+        note = torch_floor_note(metadata.version("torch"))
+    except metadata.PackageNotFoundError:
+        note = None
+    if note:
+        print(note, file=sys.stderr)
+
+
+_check_torch_version()
 
 _HOME = {
     "launch": "launcher", "LaunchError": "launch_errors", "LaunchTimeoutError": "launch_errors",
     "RankFailedError": "launch_errors",
-    "devices": "hardware", "gpu_count": "hardware", "pick_backend": "hardware",
+    "devices": "hardware", "gpu_count": "hardware", "gpu_names": "hardware", "pick_backend": "hardware",
     "environment": "notebook", "show_source": "notebook",
 }
 __all__ = list(_HOME)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import io
 import os
+import pickle
 import signal
 import sys
 import traceback
@@ -65,8 +66,15 @@ def _user_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-def run_rank(fn, args: tuple, spec: RankSpec):
-    """Prepare this rank, run ``fn(*args)`` and return its result to the agent."""
+def run_rank(payload, spec: RankSpec) -> bytes:
+    """Prepare this rank, run the function in ``payload`` and return its result to the agent.
+
+    ``payload`` is ``(fn, args)``: as it is in a forked rank, which inherits them;
+    pickled by ``cloudpickle`` (bytes) in a spawned rank, since cloudpickle sends
+    a function defined in a notebook cell by value, where pickle would only send its name.
+    The result goes back pickled, every tensor in it moved to the CPU
+    (``result_bytes``): the notebook never receives a CUDA tensor.
+    """
     # A forked rank inherits the parent's objects, garbage included (say, the store
     # of an earlier launch). Collected here, a native destructor would join threads
     # this process does not have, and abort it. Freezing leaves them to the parent.
@@ -82,14 +90,17 @@ def run_rank(fn, args: tuple, spec: RankSpec):
     import torch
     import torch.distributed as dist
 
+    from .hardware import group_backend
+
     if spec.backend == "nccl":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    else:
-        torch.set_num_threads(spec.threads)
+    torch.set_num_threads(spec.threads)  # NCCL ranks too: the CPU side of their work shares the cores
     try:
+        fn, args = pickle.loads(payload) if isinstance(payload, bytes) else payload
         if spec.init_group:
-            dist.init_process_group(spec.backend, timeout=timedelta(seconds=spec.group_timeout_s))
+            dist.init_process_group(group_backend(spec.backend), timeout=timedelta(seconds=spec.group_timeout_s))
         result = fn(*args)
+        sent = result_bytes(result)
     except BaseException as exc:
         _write(marker(spec.run_dir, rank, "error"), f"{type(exc).__name__}\n{exc}\n\x00{_user_traceback(exc)}")
         raise
@@ -103,7 +114,44 @@ def run_rank(fn, args: tuple, spec: RankSpec):
         # a "connection reset" error instead of the hang it really is.
         _wait_for_all_done(spec.run_dir, dist.get_world_size())
         dist.destroy_process_group()
-    return result
+    return sent
+
+
+class _CPUPickler(pickle.Pickler):
+    """A pickler that writes every tensor as a CPU tensor (parameters stay parameters)."""
+
+    PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+    def reducer_override(self, obj):
+        import torch
+
+        if not isinstance(obj, torch.Tensor) or obj.device.type == "cpu":
+            return NotImplemented
+        if isinstance(obj, torch.nn.Parameter):
+            return torch.nn.Parameter, (obj.detach().cpu(), obj.requires_grad)
+        copy = obj.detach().cpu().requires_grad_(obj.requires_grad) if obj.is_leaf else obj.cpu()
+        return copy.__reduce_ex__(self.PROTOCOL)
+
+
+def result_bytes(result) -> bytes:
+    """``result`` pickled with every tensor in it, however deeply nested, on the CPU.
+
+    Raises ``ResultNotSent`` (naming what could not be pickled) instead of the
+    bare pickling error.
+    """
+    buffer = io.BytesIO()
+    try:
+        _CPUPickler(buffer, protocol=_CPUPickler.PROTOCOL).dump(result)
+    except Exception as exc:
+        raise ResultNotSent(
+            "the function returned, but its result cannot be pickled to be sent back to the launcher "
+            f"({type(exc).__name__}: {exc}): return tensors, numbers, strings, lists or dicts of them, "
+            "not locks, generators, modules holding process groups or open files") from exc
+    return buffer.getvalue()
+
+
+class ResultNotSent(RuntimeError):
+    """A rank's function returned something that cannot be sent back (it cannot be pickled)."""
 
 
 def _wait_for_all_done(run_dir: str, world_size: int) -> None:

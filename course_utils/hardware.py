@@ -6,8 +6,14 @@ rule picks the backend: NCCL needs one GPU per rank, gloo runs anywhere.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import torch
 import torch.distributed as dist
+
+from . import nvml
 
 BACKENDS = ("gloo", "nccl", "mpi")
 
@@ -15,9 +21,42 @@ BACKENDS = ("gloo", "nccl", "mpi")
 def gpu_count() -> int:
     """Number of CUDA GPUs this process can see (honours ``CUDA_VISIBLE_DEVICES``).
 
-    Does not initialise CUDA, so it is safe to call before forking ranks.
+    Does not initialise CUDA, so the process can still fork ranks that use
+    their own GPU. ``torch.cuda.is_available()`` would initialise it (unless
+    ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` is set); this asks NVML, the driver's
+    management library, as that variable makes torch do. Where NVML cannot
+    answer, a short-lived child process asks CUDA instead, and this one stays clean.
     """
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not torch.cuda._is_compiled():            # a CPU build of PyTorch
+        return 0
+    if torch.cuda.is_initialized():              # too late to keep clean: ask CUDA
+        return torch.cuda.device_count()
+    count = torch.cuda._device_count_amdsmi() if torch.version.hip else torch.cuda._device_count_nvml()
+    return count if count >= 0 else len(_gpu_names_from_child())
+
+
+def gpu_names() -> list[str]:
+    """Names of the GPUs ``cuda:0, cuda:1, ...`` (empty without GPUs), without initialising CUDA."""
+    if gpu_count() == 0:
+        return []
+    if torch.cuda.is_initialized():
+        return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    found = nvml.visible_gpus()
+    return [gpu.name for gpu in found] if found is not None else _gpu_names_from_child()
+
+
+_child_answers: dict = {}
+
+
+def _gpu_names_from_child() -> list[str]:
+    """GPU names as a fresh interpreter's CUDA sees them (cached per ``CUDA_VISIBLE_DEVICES``)."""
+    key = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if key not in _child_answers:
+        code = ("import torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0\n"
+                "print('\\n'.join(torch.cuda.get_device_name(i) for i in range(n)))")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        _child_answers[key] = [line for line in done.stdout.splitlines() if line.strip()]
+    return _child_answers[key]
 
 
 def devices(n: int, quiet: bool = False) -> list[torch.device]:
@@ -71,12 +110,28 @@ def pick_backend(world_size: int, backend: str = "auto") -> str:
     return backend
 
 
+def group_backend(backend: str) -> str:
+    """The backend string to start a process group with, for a backend ``pick_backend`` chose.
+
+    An NCCL group serves CUDA tensors only ("No backend type associated with
+    device type cpu"), yet ranks also exchange small CPU tensors (a seed, a
+    count, an object). ``"cpu:gloo,cuda:nccl"`` starts both: CUDA tensors go
+    through NCCL, CPU tensors through gloo.
+    """
+    return "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
+
+
+def uses_nccl(group=None) -> bool:
+    """Whether ``group`` (default: the whole world) sends CUDA tensors through NCCL."""
+    return dist.is_initialized() and "nccl" in str(dist.get_backend(group))
+
+
 def rank_device() -> torch.device:
     """This rank's device once its group is up: its own GPU under NCCL, else the CPU.
 
     ``launch`` and the course's torchrun scripts select each NCCL rank's GPU
     (``torch.cuda.set_device(LOCAL_RANK)``) before the group starts.
     """
-    if dist.is_initialized() and dist.get_backend() == "nccl":
+    if uses_nccl():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")

@@ -7,8 +7,11 @@ down when one fails. ``launch`` calls that same engine with a Python function
 as the entry point, and adds what a notebook needs:
 
 * fork start (a function defined in a cell just works, and starts fast), or
-  spawn once CUDA is initialised, with a clear error for unimportable functions;
-* the process group already initialised in each rank, one CPU thread per rank;
+  spawn once CUDA is initialised (the function sent by value with cloudpickle,
+  so a cell's function works there too);
+* the process group already initialised in each rank (``"cpu:gloo,cuda:nccl"``
+  under NCCL, so CPU tensors work too), one CPU thread per rank;
+* results returned with every tensor on the CPU;
 * each rank's prints captured and shown afterwards, grouped in rank order;
 * a rank that raises -> ``RankFailedError`` naming it, with its traceback;
 * a rank that hangs -> ``LaunchTimeoutError`` after ``timeout`` naming it;
@@ -29,6 +32,7 @@ import uuid
 import warnings
 from pathlib import Path
 
+import cloudpickle
 import torch
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -42,33 +46,32 @@ from .hardware import pick_backend
 __all__ = ["launch", "LaunchError", "LaunchTimeoutError", "RankFailedError"]
 
 
-def _check_spawnable(fn, args: tuple) -> None:
-    """Spawned ranks re-import ``fn`` by name: fail early, and say why, if they can't."""
-    main = sys.modules.get("__main__")
-    where = getattr(fn, "__module__", None)
-    if where == "__main__" and getattr(main, "__file__", None) is None:
-        raise LaunchError(
-            f"{getattr(fn, '__qualname__', fn)!r} is defined in a notebook cell or an interactive "
-            "session, and this launch must use the 'spawn' start method (CUDA is already "
-            "initialised in this process, or spawn was requested), which starts fresh "
-            "interpreters that cannot see it. Move the function into a .py module and import "
-            "it, or restart the kernel and launch before anything touches CUDA (then fork is used).")
+def _spawn_payload(fn, args: tuple) -> bytes:
+    """``(fn, args)`` pickled for spawned ranks, which start as fresh interpreters.
+
+    Plain pickle sends a function by name, and a spawned interpreter cannot find
+    one defined in a notebook cell; cloudpickle (which Ray, Dask and PySpark rely
+    on) sends such a function by value, with the globals it uses.
+    """
     try:
-        pickle.dumps((fn, args))
+        return cloudpickle.dumps((fn, args))
     except Exception as exc:
-        raise LaunchError(f"spawn must pickle the function and its arguments, and failed: {exc}. "
-                          "Use a module-level function and plain arguments.") from exc
+        raise LaunchError(
+            f"this launch starts its ranks with 'spawn' (CUDA is already initialised in this process, "
+            f"or spawn was requested), which must pickle the function and its arguments, and that "
+            f"failed: {type(exc).__name__}: {exc}. Pass plain arguments (tensors, numbers, strings, "
+            "lists, dicts) and let the function build the rest (models, files, locks, process groups) "
+            "inside each rank; or restart the kernel and launch before anything touches CUDA "
+            "(then fork is used and nothing is pickled).") from exc
 
 
-def _start_method(requested: str, fn, args: tuple) -> str:
+def _start_method(requested: str) -> str:
     if requested not in ("auto", "fork", "spawn"):
         raise ValueError(f"start_method must be 'auto', 'fork' or 'spawn', got {requested!r}")
     method = requested
     if method == "auto":
         fork_ok = "fork" in mp.get_all_start_methods() and not torch.cuda.is_initialized()
         method = "fork" if fork_ok else "spawn"
-    if method == "spawn":
-        _check_spawnable(fn, args)
     return method
 
 
@@ -99,9 +102,12 @@ def launch(fn, *args, world_size: int = 2, backend: str = "auto", timeout: float
     if timeout <= 0:
         raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
     backend = pick_backend(world_size, backend)
-    method = _start_method(start_method, fn, args)
+    method = _start_method(start_method)
     if method == "fork":
         _preload_for_fork()
+        payload = (fn, args)
+    else:
+        payload = _spawn_payload(fn, args)
     run_dir = Path(tempfile.mkdtemp(prefix="course_launch_"))
     spec = RankSpec(str(run_dir), backend, init_group, threads_per_rank, group_timeout_s=timeout + 60)
     config = _launch_config(world_size, method, run_dir, timeout)
@@ -126,7 +132,7 @@ def launch(fn, *args, world_size: int = 2, backend: str = "auto", timeout: float
             watchdog.start()
             error = None
             try:
-                results = elastic_launch(config, run_rank)(fn, args, spec)
+                results = elastic_launch(config, run_rank)(payload, spec)
             except ChildFailedError as exc:
                 if timed_out.is_set():
                     unfinished = [r for r in range(world_size) if not finished(run_dir, r)]
@@ -141,7 +147,7 @@ def launch(fn, *args, world_size: int = 2, backend: str = "auto", timeout: float
             # Raised here, outside the except blocks, so that the error does not keep the
             # agent's traceback (and its store, sockets and threads) alive as its context.
             raise error
-        return [results[rank] for rank in range(world_size)]
+        return [pickle.loads(results[rank]) for rank in range(world_size)]
     finally:
         watchdog.cancel()
         stop_unfinished(run_dir, world_size, children_before)

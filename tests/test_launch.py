@@ -179,15 +179,24 @@ def test_spawn_runs_an_importable_function():
         "rank 0 of 2 (gloo)", "rank 1 of 2 (gloo)"]
 
 
-def test_spawn_refuses_a_function_defined_in_a_notebook(monkeypatch):
+def test_spawn_runs_a_function_defined_in_a_notebook(monkeypatch):
     notebook_main = types.ModuleType("__main__")  # like a kernel's __main__: no __file__
     monkeypatch.setitem(sys.modules, "__main__", notebook_main)
+    offset = 100  # a global of the cell, sent with the function
 
-    def cell_function():
-        return 1
+    def cell_function(scale):
+        t = torch.tensor([float(dist.get_rank())])
+        dist.all_reduce(t)
+        return {"rank": dist.get_rank(), "sum": t * scale + offset}
     cell_function.__module__ = "__main__"
-    with pytest.raises(LaunchError, match="defined in a notebook cell.*Move the function into a .py module"):
-        launch(cell_function, world_size=2, start_method="spawn")
+    results = launch(cell_function, 2.0, world_size=2, start_method="spawn", timeout=120, show_output=False)
+    assert [r["rank"] for r in results] == [0, 1]
+    assert all(torch.equal(r["sum"], torch.tensor([102.0])) for r in results)
+
+
+def test_spawn_names_what_cannot_be_sent():
+    with pytest.raises(LaunchError, match="must pickle the function and its arguments.*lock"):
+        launch(rank_info, threading.Lock(), world_size=2, start_method="spawn", timeout=60)
 
 
 def killed_on_rank1(pid_dir):
