@@ -1,0 +1,21 @@
+"""Every chapter executed top to bottom on this GPU machine: each cell's own asserts must hold.
+
+Stored outputs are not compared (they were made on a CPU); a cell that raises fails the test.
+``python -m pytest tests/gpu -m gpu`` runs this with the rest of the GPU set.
+"""
+from pathlib import Path
+
+import pytest
+
+CHAPTERS = sorted((Path(__file__).resolve().parents[2] / "chapters").glob("*.ipynb"))
+
+
+@pytest.mark.gpu(1)
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_runs_to_its_last_cell(chapter, tmp_path):
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(chapter, as_version=4)
+    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(chapter.parent)}}).execute()
+    assert any(c.get("outputs") for c in notebook.cells if c.cell_type == "code")
