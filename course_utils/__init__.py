@@ -15,6 +15,7 @@ as ``python -m course_utils.scripts.<name>`` pays only for what it uses.
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import sys
 from importlib import metadata
@@ -42,6 +43,10 @@ def _check_torch_version() -> None:
 
 
 _check_torch_version()
+
+# With this set, torch.cuda.is_available() counts GPUs through NVML instead of initialising
+# CUDA, so a notebook that asks it can still fork ranks that use their GPU (see hardware.py).
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
 _HOME = {
     "launch": "launcher", "LaunchError": "launch_errors", "LaunchTimeoutError": "launch_errors",

@@ -66,6 +66,19 @@ def _user_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
+def _select_gpu(torch, local_rank: int) -> None:
+    try:
+        torch.cuda.set_device(local_rank)
+    except RuntimeError as exc:
+        if "forked subprocess" not in str(exc):
+            raise
+        raise RuntimeError(
+            "this rank was forked from a process that had already initialised CUDA without torch "
+            "knowing (torch.cuda.is_available() does so unless PYTORCH_NVML_BASED_CUDA_CHECK=1 was set "
+            "first; importing course_utils sets it), and a forked child cannot use CUDA. Pass "
+            "start_method='spawn' to launch, or restart the kernel and import course_utils first.") from exc
+
+
 def run_rank(payload, spec: RankSpec) -> bytes:
     """Prepare this rank, run the function in ``payload`` and return its result to the agent.
 
@@ -93,7 +106,7 @@ def run_rank(payload, spec: RankSpec) -> bytes:
     from .hardware import group_backend
 
     if spec.backend == "nccl":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        _select_gpu(torch, int(os.environ["LOCAL_RANK"]))
     torch.set_num_threads(spec.threads)  # NCCL ranks too: the CPU side of their work shares the cores
     try:
         fn, args = pickle.loads(payload) if isinstance(payload, bytes) else payload
