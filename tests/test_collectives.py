@@ -1,11 +1,13 @@
 """course_utils.collectives: the ring all-reduce against dist.all_reduce, every collective demo's
 result against its definition, bandwidth formulas and the alpha-beta fit, clear init errors."""
+import contextlib
 import math
 import socket
 
 import pytest
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 
 from course_utils import launch
 from course_utils.collectives import (GroupInitError, bandwidth, demos, free_port, init_group,
@@ -80,6 +82,134 @@ def test_ring_all_reduce_on_a_subgroup_and_a_strided_view():
         got = torch.tensor(m)
         assert torch.equal(got[:, ::2], base[:, ::2] * (1 + 2 + 3 + 4))  # summed through the view
         assert torch.equal(got[:, 1::2], base[:, 1::2] * (rank + 1))     # the rest untouched
+
+
+# --- every send posted with its receive (batch_isend_irecv), never alone -------------------
+
+class LoneP2PError(AssertionError):
+    pass
+
+
+@contextlib.contextmanager
+def only_batched_p2p():
+    """Inside it, isend / irecv raise unless ``batch_isend_irecv`` calls them, send / recv always.
+
+    Yields the list of batches posted, each a list of (op name, peer global rank). P2POp
+    accepts only c10d's own ``isend`` / ``irecv`` and ``batch_isend_irecv`` calls them through
+    ``P2POp.op``, so the guards replace the names in ``torch.distributed`` and in c10d alike.
+    """
+    names = ("isend", "irecv", "send", "recv", "batch_isend_irecv")
+    originals = {name: getattr(c10d, name) for name in names}
+    saved = {name: getattr(dist, name) for name in names}
+    batches, inside = [], [False]
+
+    def guard(name):
+        def guarded(*args, **kwargs):
+            if not inside[0] or name in ("send", "recv"):
+                raise LoneP2PError(f"dist.{name} called on its own, outside batch_isend_irecv")
+            return originals[name](*args, **kwargs)
+        guarded.__name__ = name
+        return guarded
+
+    def batch_isend_irecv(ops):
+        batches.append([(op.op.__name__, op.peer) for op in ops])
+        inside[0] = True
+        try:
+            return originals["batch_isend_irecv"](ops)
+        finally:
+            inside[0] = False
+
+    replacements = {name: guard(name) for name in names[:4]} | {"batch_isend_irecv": batch_isend_irecv}
+    try:
+        for name, fn in replacements.items():
+            setattr(c10d, name, fn)
+            setattr(dist, name, fn)
+        yield batches
+    finally:
+        for name in names:
+            setattr(c10d, name, originals[name])
+            setattr(dist, name, saved[name])
+
+
+def guard_refuses_lone_p2p():
+    """In a rank: the guard stops a lone isend or irecv before it is posted."""
+    refused = []
+    with only_batched_p2p():
+        for post in (dist.isend, dist.irecv):
+            try:
+                post(torch.zeros(1), 1 - dist.get_rank())
+            except LoneP2PError:
+                refused.append(post.__name__)
+    return refused
+
+
+def test_the_guard_refuses_lone_sends_and_receives():
+    assert launch(guard_refuses_lone_p2p, world_size=2, timeout=60) == [["isend", "irecv"]] * 2
+
+
+# 1 element to 8 MB (int64): below the world size, not divisible by 3 or 4, several 1 MB segments
+SIZES = [1, 2, 3, 5, 1001, 65537, 3 * (1 << 18) + 1, (1 << 20) + 3]
+
+
+def ring_with_only_batched_p2p(sizes, segment_bytes):
+    """On every rank, under ``only_batched_p2p``: ring_all_reduce vs dist.all_reduce (int64 exact,
+    float32 close) and the batches it posted; what was wrong."""
+    rank, w, failures = dist.get_rank(), dist.get_world_size(), []
+    right, left = (rank + 1) % w, (rank - 1) % w
+    with only_batched_p2p() as batches:
+        for i, n in enumerate(sizes):
+            for dtype in (torch.int64, torch.float32):
+                mine = _random((n,), dtype, seed=1000 * i + rank)
+                expected, ours = mine.clone(), mine.clone()
+                dist.all_reduce(expected)
+                batches.clear()
+                ring_all_reduce(ours, segment_bytes=segment_bytes)
+                try:
+                    torch.testing.assert_close(ours, expected, **TOLERANCE[dtype])
+                except AssertionError as exc:
+                    failures.append(f"{n} {dtype}: {exc}")
+                if any(sorted(b) not in ([("irecv", left)], [("isend", right)],
+                                         sorted([("isend", right), ("irecv", left)])) for b in batches):
+                    failures.append(f"{n} {dtype}: a batch other than send right + receive left: {batches}")
+                one_segment = n >= w and -(-n // w) * mine.element_size() <= segment_bytes
+                if one_segment and [len(b) for b in batches] != [2] * (2 * (w - 1)):
+                    failures.append(f"{n} {dtype}: expected {2 * (w - 1)} send + receive pairs, got {batches}")
+    return failures
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_ring_pairs_every_send_with_its_receive_and_equals_all_reduce(world_size):
+    results = launch(ring_with_only_batched_p2p, SIZES, 1 << 20, world_size=world_size, timeout=120)
+    assert results == [[]] * world_size
+
+
+def test_ring_pairs_sends_and_receives_in_uneven_segments():
+    # 40-byte segments (5 int64): chunks of 6 and 5 elements travel in 2 and 1 segments
+    sizes = [1, 2, 3, 16, 17, 101]
+    assert launch(ring_with_only_batched_p2p, sizes, 40, world_size=3, timeout=90) == [[]] * 3
+
+
+def ring_on_a_subgroup_with_only_batched_p2p():
+    rank, members = dist.get_rank(), [1, 2, 3]
+    group = dist.new_group(members)                          # every rank creates it
+    if rank not in members:
+        return True
+    with only_batched_p2p() as batches:
+        for n in (1, 2, 4, 1001):
+            t = torch.arange(n, dtype=torch.int64) * 7 + 1000 * rank
+            expected = t.clone()
+            dist.all_reduce(expected, group=group)
+            batches.clear()
+            ring_all_reduce(t, group=group)
+            i = members.index(rank)
+            peers = {members[(i + 1) % 3], members[(i - 1) % 3]}    # global ranks
+            if not torch.equal(t, expected) or {peer for b in batches for _, peer in b} - peers:
+                return False
+    return True
+
+
+def test_ring_on_a_subgroup_addresses_global_ranks_in_batches():
+    assert launch(ring_on_a_subgroup_with_only_batched_p2p, world_size=4, timeout=60) == [True] * 4
 
 
 def ring_bad_inputs():

@@ -3,10 +3,12 @@ measured timeline has the schedule's actions in the schedule's order, and
 torch.distributed.pipelining computes the same loss and gradients."""
 import pytest
 import torch
+from test_collectives import only_batched_p2p
 
-from course_utils.pipeline import (MLPConfig, gpipe, interleaved_1f1b, one_f_one_b, reference_step, run_schedule,
-                                   run_schedules, zero_bubble_h1)
-from course_utils.pipeline.executor import StageWorker
+from course_utils import launch
+from course_utils.pipeline import (MLPConfig, Op, gpipe, interleaved_1f1b, lower, one_f_one_b, reference_step,
+                                   run_schedule, run_schedules, zero_bubble_h1)
+from course_utils.pipeline.executor import StageWorker, batches, collect, pipeline_rank
 from course_utils.pipeline.torch_pipelining import compare_with_torch, run_torch_pipeline
 
 CONFIG = MLPConfig(width=32, layers=4, batch=24, seed=3)
@@ -67,6 +69,112 @@ def test_torch_pipelining_alone_and_several_schedules_in_turns(reference):
     for run in runs:
         assert_same(run.grads, reference[1])
     assert runs[1].fastest.peak_activations() == [2, 2]
+
+
+# --- messages in batches (batch_isend_irecv), safe where a send waits for its receive -------
+
+def pipeline_rank_with_only_batched_p2p(schedules, config, steps):
+    """``pipeline_rank`` with lone isend / irecv / send / recv forbidden; also the kinds of
+    the ops in each batch this rank posted."""
+    with only_batched_p2p() as posted:
+        results = pipeline_rank(schedules, config, steps)
+    return results, [sorted(name for name, _ in b) for b in posted]
+
+
+@pytest.mark.parametrize("schedules", [[gpipe(2, 4), one_f_one_b(2, 4), interleaved_1f1b(2, 4, 2), zero_bubble_h1(2, 6)],
+                                       [gpipe(4, 4), one_f_one_b(4, 4), zero_bubble_h1(4, 4)]],
+                         ids=["p2", "p4"])
+def test_executor_posts_every_message_in_a_batch(schedules, reference):
+    p = schedules[0].p
+    per_rank = launch(pipeline_rank_with_only_batched_p2p, schedules, CONFIG, 1, world_size=p, timeout=TIMEOUT,
+                      show_output=False)
+    for i, schedule in enumerate(schedules):
+        run = collect(schedule, [results[i] for results, _ in per_rank], warmup=0)
+        assert abs(run.loss - reference[0]) < 1e-6, schedule.name
+        assert_same(run.grads, reference[1])
+        for d, actions in enumerate(schedule.devices):
+            assert tuple(e.action for e in run.timeline.on(d)) == actions
+    posted = [b for _, rank_batches in per_rank for b in rank_batches]
+    assert all(posted) and ["irecv", "isend"] in posted   # sends and receives posted together
+
+
+def rendezvous_stuck(plans: list) -> list:
+    """Run per-device plans (compute ops and lists of messages, as ``batches`` returns) as NCCL
+    may: a device's batches one after another, a message done once both its ends are in their
+    current batch (a send may wait for its receive), a batch done when all its messages are.
+    A compute only waits for an earlier batch of its device, so it never blocks here.
+    Returns the devices that never finish."""
+    queues = [[b for b in plan if isinstance(b, list)] for plan in plans]
+    position, done = [0] * len(queues), [set() for _ in queues]
+
+    def current(d):
+        return queues[d][position[d]] if position[d] < len(queues[d]) else []
+
+    progress = True
+    while progress:
+        progress = False
+        for d in range(len(queues)):
+            for op in current(d):
+                receive = Op("recv", op.action, d)
+                if op.kind == "send" and op not in done[d] and receive in current(op.peer):
+                    done[d].add(op)
+                    done[op.peer].add(receive)
+                    progress = True
+            if current(d) and done[d] >= set(current(d)):
+                position[d] += 1
+                done[d] = set()
+                progress = True
+    return [d for d in range(len(queues)) if position[d] < len(queues[d])]
+
+
+def between_computes(program: list) -> list:
+    """The lowered program with its consecutive messages in one batch, in program order."""
+    plan = []
+    for op in program:
+        if op.kind != "compute" and plan and isinstance(plan[-1], list):
+            plan[-1].append(op)
+        else:
+            plan.append([op] if op.kind != "compute" else op)
+    return plan
+
+
+def some_schedules():
+    for p in (1, 2, 3, 4, 5):
+        for m in range(1, 11):
+            yield gpipe(p, m)
+            if m >= p:
+                yield from (one_f_one_b(p, m), zero_bubble_h1(p, m))
+                if m % p == 0:
+                    yield from (interleaved_1f1b(p, m, 2), interleaved_1f1b(p, m, 3))
+
+
+def test_batched_messages_never_wait_for_each_other():
+    for schedule in some_schedules():
+        program = lower(schedule)
+        plans = [batches(ops, schedule) for ops in program]
+        for ops, plan in zip(program, plans):    # the same ops, computes in their order
+            flat = [op for item in plan for op in (item if isinstance(item, list) else [item])]
+            assert sorted(flat) == sorted(ops)
+            assert [op for op in flat if op.kind == "compute"] == [op for op in ops if op.kind == "compute"]
+        assert rendezvous_stuck(plans) == [], schedule
+        # NCCL matches messages between two devices by order: the same order at both ends
+        for a in range(schedule.p):
+            for b in range(schedule.p):
+                sent = [op.action for item in plans[a] if isinstance(item, list) for op in item
+                        if op.kind == "send" and op.peer == b]
+                received = [op.action for item in plans[b] if isinstance(item, list) for op in item
+                            if op.kind == "recv" and op.peer == a]
+                assert sent == received, (schedule, a, b)
+
+
+def test_why_messages_are_posted_by_step():
+    one_by_one = lambda s: [[[op] if op.kind != "compute" else op for op in ops] for ops in lower(s)]
+    assert rendezvous_stuck(one_by_one(one_f_one_b(2, 3))) == [0, 1]    # each sends first: stuck
+    paired = lambda s: [between_computes(ops) for ops in lower(s)]
+    assert rendezvous_stuck(paired(one_f_one_b(2, 3))) == []            # send + receive together: fine
+    assert rendezvous_stuck(paired(interleaved_1f1b(2, 4, 2))) == [0, 1]  # but not for interleaved
+    s = interleaved_1f1b(2, 4, 2)
+    assert rendezvous_stuck([batches(ops, s) for ops in lower(s)]) == []
 
 
 def test_split_backward_b_then_w_equals_autograd():

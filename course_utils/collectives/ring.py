@@ -13,6 +13,13 @@ neighbour (sends) and its left neighbour (receives). The flat tensor is cut into
 
 Each rank sends ``2 (w - 1) / w`` of the tensor in all, whatever ``w`` is: the
 least any all-reduce can send, which is why NCCL and gloo use rings too.
+
+Every send is posted together with the receive it pairs with, as one
+``dist.batch_isend_irecv`` of two ``dist.P2POp`` (as Megatron-LM and
+``torch.distributed.pipelining`` do). On NCCL, a send and a receive posted one
+by one can wait for each other forever: with 2 ranks the right and the left
+neighbour are the same process, and both directions share one NCCL stream. A
+batch starts its send and its receive as one operation. Gloo just posts them.
 """
 from __future__ import annotations
 
@@ -59,7 +66,7 @@ def _check(tensor, group) -> None:
 
 
 def _global_rank(group, group_rank: int) -> int:
-    """send/recv address peers by global rank; a subgroup numbers its members 0..w-1."""
+    """P2POp's ``peer`` is a global rank; a subgroup numbers its members 0..w-1."""
     return group_rank if group is None else dist.get_global_rank(group, group_rank)
 
 
@@ -68,36 +75,48 @@ def _pieces(chunk: torch.Tensor, segment: int) -> tuple:
     return torch.split(chunk, segment) if chunk.numel() else ()
 
 
+def _exchange(outgoing, incoming, right, left, group, tag) -> list:
+    """Post a send of ``outgoing`` to ``right`` and a receive into ``incoming`` from ``left``
+    as one batch; either may be None (nothing to send or receive). Returns the works to wait on."""
+    ops = []
+    if outgoing is not None:
+        ops.append(dist.P2POp(dist.isend, outgoing, right, group=group, tag=tag))
+    if incoming is not None:
+        ops.append(dist.P2POp(dist.irecv, incoming, left, group=group, tag=tag))
+    return dist.batch_isend_irecv(ops) if ops else []
+
+
 def _send_and_add(outgoing, incoming, scratch, right, left, group, first_tag) -> None:
     """One reduce-scatter step: send ``outgoing`` right while adding what comes from the left into ``incoming``.
 
-    Both arrive as matching lists of segments. Two scratch buffers take turns,
-    so segment k + 1 is already arriving while segment k is being added.
+    Both arrive as lists of segments (1-D views of at most ``segment`` elements;
+    the two chunks differ by at most one element, so the lists by at most one
+    segment). Segment k's send and receive form batch k. Two scratch buffers
+    take turns: batch k + 1 is posted before segment k is added, so the next
+    segment is already travelling while this one is being added.
     """
-    sends = [dist.isend(piece, right, group=group, tag=first_tag + k) for k, piece in enumerate(outgoing)]
+    def post(k):  # batch k: send segment k right, receive segment k from the left into a scratch buffer
+        send = outgoing[k] if k < len(outgoing) else None
+        receive = scratch[k % 2][:incoming[k].numel()] if k < len(incoming) else None
+        return _exchange(send, receive, right, left, group, first_tag + k)
 
-    def receive(k):
-        return dist.irecv(scratch[k % 2][:incoming[k].numel()], left, group=group, tag=first_tag + k)
-
-    receives = [receive(k) for k in range(min(2, len(incoming)))]
-    for k, target in enumerate(incoming):
-        receives[k].wait()
-        target.add_(scratch[k % 2][:target.numel()])
-        if k + 2 < len(incoming):
-            receives.append(receive(k + 2))
-    for request in sends:
-        request.wait()
+    n = max(len(outgoing), len(incoming))
+    batches = [post(0)] if n else []
+    for k in range(n):
+        if k + 1 < n:
+            batches.append(post(k + 1))  # into the buffer that segment k - 1 has left
+        for work in batches[k]:
+            work.wait()
+        if k < len(incoming):
+            incoming[k].add_(scratch[k % 2][:incoming[k].numel()])
 
 
 def _send_and_copy(outgoing, incoming, right, left, group, tag) -> None:
-    """One all-gather step: send a finished chunk right, receive one from the left in place."""
-    requests = []
-    if incoming.numel():
-        requests.append(dist.irecv(incoming, left, group=group, tag=tag))
-    if outgoing.numel():  # the left neighbour skips the same empty chunk
-        requests.append(dist.isend(outgoing, right, group=group, tag=tag))
-    for request in requests:
-        request.wait()
+    """One all-gather step: send a finished chunk right, receive one from the left in place.
+    An empty chunk is neither sent nor received (the neighbour skips the same one)."""
+    for work in _exchange(outgoing if outgoing.numel() else None, incoming if incoming.numel() else None,
+                          right, left, group, tag):
+        work.wait()
 
 
 def ring_all_reduce(tensor: torch.Tensor, group=None, segment_bytes: int = 1 << 20) -> torch.Tensor:
@@ -111,7 +130,8 @@ def ring_all_reduce(tensor: torch.Tensor, group=None, segment_bytes: int = 1 << 
     In the reduce-scatter phase each chunk travels in segments of at most
     ``segment_bytes``, received into two small buffers that take turns (as
     gloo does): adding one segment overlaps with receiving the next, and no
-    chunk-sized scratch memory is needed.
+    chunk-sized scratch memory is needed. Each send is posted with its paired
+    receive in one ``batch_isend_irecv`` (safe on NCCL, see the module docstring).
     """
     _check(tensor, group)
     if segment_bytes < tensor.element_size():

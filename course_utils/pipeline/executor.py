@@ -1,12 +1,30 @@
 """Run a schedule for real: one process per device, stages exchanging tensors.
 
 Each process holds its stages of the model (stage n on device n % p) and
-executes its part of ``lower(schedule)``: a receive waits for its tensor
-(``irecv`` + ``wait``), a compute runs F, B or W of one stage on one
-micro-batch and is timed, a send is posted with ``isend`` and not waited for
-until the end of the step. Non-blocking sends are what makes every valid
-schedule deadlock-free (see ``lowering``). Each message has its own tag, so
-several in flight between the same two processes cannot be confused.
+executes its part of ``lower(schedule)``: a compute runs F, B or W of one stage
+on one micro-batch and is timed; it first waits for the tensors it receives.
+On a GPU a compute is timed with CUDA events on the compute stream
+(``timing.CudaSpan``): waiting for a message does not block the host there, so
+a clock read around the compute would bill the wait to it.
+
+Messages travel in batches: ``dist.batch_isend_irecv`` of ``dist.P2POp``s, as
+Megatron-LM and ``torch.distributed.pipelining`` do. On NCCL a send may wait
+until its receiver has posted the matching receive, and a process's messages
+run one batch after another; two processes that each send before receiving
+the other's message then wait forever (1F1B's steady phase does exactly that,
+see ``lowering``). So every action gets a step (``action_steps``: one step per
+action, as early as its device and inputs allow; every process computes the
+same numbers), and both ends post a message at the step of the action that
+produced it: the sender right after that compute, the receiver after its own
+last compute at or before that step. All messages posted between two computes
+form one batch (``batches``); the messages that cross in 1F1B's steady phase
+share a step and so a batch, and every process posts its messages in the same
+step order, so no two processes ever wait for each other. (Pairing each send
+with the receive that follows it in the program, as Megatron-LM's 1F1B does, is
+not enough for interleaved 1F1B.) A compute waits for the batch that brings its
+input; sends are waited for at the end of the step.
+Each message has its own tag: gloo matches messages by tag, NCCL by order,
+which is the same order on both ends.
 
 B without W (GPipe, 1F1B, interleaved) is ``autograd.backward``: input and
 weight gradients together. Zero-bubble schedules split it by hand for the
@@ -18,10 +36,8 @@ from the saved layer input a [b, in].
 simulator returns, plus the loss and gradients to compare with one process;
 ``run_schedules`` runs several schedules on the same processes, a step of each
 in turn, so that they are compared on the same machine state.
-Tested on gloo (CPU). With one GPU per process ``launch`` picks NCCL, which
-matches messages by order rather than by tag and may stall a large send whose
-receiver is itself stuck in a send to it; Megatron-LM avoids that by posting a
-send together with the receive that follows it (``batch_isend_irecv``).
+Tested on gloo (CPU); NCCL (one GPU per process) is chosen by ``launch`` when
+there are enough GPUs.
 """
 from __future__ import annotations
 
@@ -35,9 +51,10 @@ from torch import nn
 
 from ..hardware import devices
 from ..launcher import launch
+from ..timing import CudaSpan, synchronize
 from .lowering import consumer_stage, lower
 from .mlp import MLPConfig, loss_fn
-from .schedules import KINDS, Action, Schedule, validate
+from .schedules import KINDS, Action, Schedule, dependencies, execution_order, validate
 from .timeline import Event, Timeline
 
 
@@ -112,40 +129,93 @@ def _tag(action: Action, schedule: Schedule) -> int:
     return (KINDS.index(action.kind) * schedule.num_stages + action.stage) * schedule.m + action.microbatch
 
 
+def action_steps(schedule: Schedule) -> dict[Action, int]:
+    """Each action's step (1, 2, ...) if every action took one step and started as soon as its
+    device is free and its inputs are ready. Every process computes the same numbers."""
+    s = schedule
+    step, device_free = {}, [0] * s.p
+    for d, a in execution_order(s)[0]:                 # each action after its dependencies
+        inputs = [step[dep] for dep in dependencies(a, s.num_stages, s.split_backward)]
+        step[a] = device_free[d] = 1 + max([device_free[d]] + inputs)
+    return step
+
+
+def batches(program: list, schedule: Schedule) -> list:
+    """One device's ``program`` (from ``lower``) in the order the executor posts it: compute ops,
+    and between them lists of recv / send ops, each list posted as one batch.
+
+    A message is posted at the step of the action that produced it, on both ends: a send
+    right after its compute, a receive after this device's last compute at or before that
+    step (possibly well before the compute that needs it). Computes keep their order.
+    """
+    step = action_steps(schedule)
+    ordered = sorted(program, key=lambda op: (step[op.action], op.kind != "compute"))  # a stable sort
+    plan = []
+    for op in ordered:
+        if op.kind == "compute":
+            plan.append(op)
+        elif plan and isinstance(plan[-1], list):
+            plan[-1].append(op)
+        else:
+            plan.append([op])
+    return plan
+
+
+def post(messages: list, inbox: dict, outbox: dict, schedule: Schedule, shape, device) -> list:
+    """Post one batch of recv / send ops with ``batch_isend_irecv``; a receive lands in a new
+    ``inbox`` tensor of ``shape`` [b, width]. Returns (op, work to wait on, tensor) per op."""
+    p2p = []
+    for op in messages:
+        if op.kind == "recv":
+            inbox[op.action] = tensor = torch.empty(shape, device=device)
+        else:
+            tensor = outbox.pop(op.action)
+        p2p.append(dist.P2POp(dist.isend if op.kind == "send" else dist.irecv, tensor, op.peer,
+                              tag=_tag(op.action, schedule)))
+    works = dist.batch_isend_irecv(p2p)
+    if len(works) != len(p2p):                         # NCCL: one work for the whole batch
+        works = works * len(p2p)
+    return list(zip(messages, works, [p.tensor for p in p2p]))
+
+
 def run_step(program: list, workers: dict, schedule: Schedule, data: tuple, device: torch.device) -> tuple:
-    """One training step: this rank's lowered ``program`` (recv / compute / send ops).
+    """One training step: this rank's lowered ``program`` (recv / compute / send ops), its
+    messages posted in batches (see ``batches``).
 
     ``workers``: stage -> StageWorker of this rank; ``data``: the micro-batches
     (xs, ys); activations and gradients between stages have the targets' shape
     [b, width]. Returns [(action, start ms, end ms)] and the step's wall time in ms.
     """
     s, rank, (xs, ys) = schedule, dist.get_rank(), data
-    inbox, outbox, pending, events = {}, {}, [], []
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    inbox, outbox, arriving, sending, spans = {}, {}, {}, [], []
+    plan = batches(program, s)
     t0 = time.perf_counter()
-    for op in program:
-        if op.kind == "recv":                          # wait for the tensor this rank needs next
-            buffer = torch.empty(ys[0].shape, device=device)
-            dist.irecv(buffer, src=op.peer, tag=_tag(op.action, s)).wait()
-            inbox[op.action] = buffer
-        elif op.kind == "send":                        # post it and move on; wait at the end
-            tensor = outbox.pop(op.action)
-            pending.append((dist.isend(tensor, dst=op.peer, tag=_tag(op.action, s)), tensor))
-        else:
-            a = op.action
-            source = {"F": Action("F", a.stage - 1, a.microbatch), "B": Action("B", a.stage + 1, a.microbatch)}
-            first_f, last_f = a.kind == "F" and a.stage == 0, a.kind == "F" and a.stage == s.num_stages - 1
-            received = xs[a.microbatch].to(device) if first_f else inbox.pop(source.get(a.kind), None)
-            start = time.perf_counter()
-            out = workers[a.stage].run(a, received, ys[a.microbatch].to(device) if last_f else None)
-            sync()
-            events.append((a, (start - t0) * 1e3, (time.perf_counter() - t0) * 1e3))
-            nxt = consumer_stage(a)
-            if out is not None and 0 <= nxt < s.num_stages:   # to the next stage: here, or via a send op
-                (inbox if s.device_of(nxt) == rank else outbox)[a] = out.detach()
-    for work, _ in pending:
+    origin = CudaSpan(device).start()                  # time zero of this step's timeline
+    for item in plan:
+        if isinstance(item, list):                     # messages: post them together, move on
+            for op, work, tensor in post(item, inbox, outbox, s, ys[0].shape, device):
+                if op.kind == "recv":
+                    arriving[op.action] = work
+                else:
+                    sending.append((work, tensor))     # the tensor lives until its send is done
+            continue
+        a = item.action
+        source = {"F": Action("F", a.stage - 1, a.microbatch),
+                  "B": Action("B", a.stage + 1, a.microbatch)}.get(a.kind)
+        if source in arriving:                         # wait for the tensor this compute needs
+            arriving.pop(source).wait()
+        first_f, last_f = a.kind == "F" and a.stage == 0, a.kind == "F" and a.stage == s.num_stages - 1
+        received = xs[a.microbatch].to(device) if first_f else inbox.pop(source, None)
+        span = CudaSpan(device, origin).start()       # on a GPU: events on the compute stream,
+        out = workers[a.stage].run(a, received, ys[a.microbatch].to(device) if last_f else None)
+        spans.append((a, span.end()))                  # so waiting for a message is not billed to it
+        nxt = consumer_stage(a)
+        if out is not None and 0 <= nxt < s.num_stages:   # to the next stage: here, or via a send op
+            (inbox if s.device_of(nxt) == rank else outbox)[a] = out.detach()
+    for work, _ in sending:
         work.wait()
-    return events, (time.perf_counter() - t0) * 1e3
+    synchronize(device)
+    return [(a, *span.interval()) for a, span in spans], (time.perf_counter() - t0) * 1e3
 
 
 class ScheduleRunner:
