@@ -25,6 +25,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from .timing import Stopwatch, synchronize
+
 __all__ = ["scatter", "replicate", "parallel_apply", "gather", "DataParallelByHand", "chunk_sizes"]
 
 
@@ -67,20 +69,21 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, devices, timings, *tensors):
         ctx.n, ctx.sources, ctx.timings = len(tensors), [t.device for t in tensors], timings
+        ctx.devices = devices
         return tuple(t.detach().to(d, copy=True) for d in devices for t in tensors)  # replica-major
 
     @staticmethod
     def backward(ctx, *grads):
-        start = time.perf_counter()
-        summed = []
-        for i, source in enumerate(ctx.sources):
-            total = None
-            for g in grads[i::ctx.n]:  # replica 0, 1, ...: add each onto the source device
-                if g is not None:
-                    total = g.to(source, copy=True) if total is None else total.add_(g.to(source))
-            summed.append(total)
+        with Stopwatch(*ctx.devices) as watch:  # on GPUs: waits for the copies, then reads the clock
+            summed = []
+            for i, source in enumerate(ctx.sources):
+                total = None
+                for g in grads[i::ctx.n]:  # replica 0, 1, ...: add each onto the source device
+                    if g is not None:
+                        total = g.to(source, copy=True) if total is None else total.add_(g.to(source))
+                summed.append(total)
         if ctx.timings is not None:
-            ctx.timings["reduce_gradients"] = time.perf_counter() - start
+            ctx.timings["reduce_gradients"] = watch.seconds
         return (None, None, *summed)
 
 
@@ -166,7 +169,8 @@ class DataParallelByHand(nn.Module):
     forward(*inputs): each input ``[B, ...]`` is split by rows; returns the gathered
         output ``[B, ...]`` on ``devices[0]``, exactly what ``module(*inputs)`` returns
         up to float rounding. ``last_timings`` holds the seconds of each step of the
-        last call (``reduce_gradients`` appears after its backward).
+        last call (``reduce_gradients`` appears after its backward), measured with the
+        devices synchronised (``course_utils.timing``), so GPU work counts where it ran.
     """
 
     def __init__(self, module: nn.Module, devices: Sequence[torch.device]):
@@ -185,10 +189,12 @@ class DataParallelByHand(nn.Module):
         if len(self.devices) == 1:
             return self.module(*inputs)
         timings: dict[str, float] = {}
+        synchronize(*self.devices)             # GPU work runs on after its call returns: wait for it
         clock = time.perf_counter()
 
         def lap(step: str) -> None:
             nonlocal clock
+            synchronize(*self.devices)
             now = time.perf_counter()
             timings[step], clock = now - clock, now
 

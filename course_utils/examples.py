@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from .hardware import rank_device
+
 
 def hello() -> str:
     """Say who we are: ``"rank r of w (backend)"``; prints the same line."""
@@ -18,6 +20,6 @@ def hello() -> str:
 
 def sum_of_ranks() -> float:
     """One all_reduce of each rank's number: returns 0 + 1 + ... + (w - 1) on every rank."""
-    t = torch.tensor([float(dist.get_rank())])
+    t = torch.tensor([float(dist.get_rank())], device=rank_device())  # NCCL: on this rank's GPU
     dist.all_reduce(t)
     return t.item()

@@ -26,8 +26,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from . import sharding
 from .checkpoint import settle_ddp_buckets
 from .data import Batch, ClickLogs
-from .metrics import Timer, scores
+from .metrics import scores
 from .models import DLRM, DLRMConfig
+from .timing import Stopwatch
 from .train import History, make_optimizer, predict, train_step
 
 __all__ = ["DenseArch", "HybridDLRM", "local_rows", "train_hybrid", "evaluate_hybrid"]
@@ -146,7 +147,7 @@ def train_hybrid(model: HybridDLRM, data: ClickLogs, *, epochs: int = 1, batch_s
     history = History()
     model.train()
     for epoch in range(epochs):
-        with Timer() as timer:
+        with Stopwatch(sharding.rank_device()) as timer:    # on a GPU: until its work is done
             losses = []
             for batch in data.batches(batch_size, shuffle=True, seed=seed + epoch):
                 losses.append(train_step(model, opt, local_rows(batch, rank, world)))

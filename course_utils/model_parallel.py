@@ -27,6 +27,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from .timing import synchronize
+
 
 def partition_sequential(model: nn.Sequential, parts: int | Sequence[int]) -> list[nn.Sequential]:
     """Cut ``model`` into consecutive pieces: ``parts`` equal ones, or the given layer counts.
@@ -102,6 +104,8 @@ def timed_training_step(split: VerticalSplit, x: torch.Tensor, y: torch.Tensor, 
     hooks stamp each part's forward start/end and the moment autograd reaches
     each part's output gradient (the start of B(k,0)); B(k,0) ends where B(k-1,0)
     starts, and B(0,0) when ``backward`` returns. Gradients are left in ``.grad``.
+    Every stamp first synchronises all the split's devices (a GPU works on after a
+    call returns), so each piece of work is charged to the part that did it.
     """
     from .pipeline.schedules import Action
     from .pipeline.timeline import Event, Timeline
@@ -110,8 +114,7 @@ def timed_training_step(split: VerticalSplit, x: torch.Tensor, y: torch.Tensor, 
 
     def stamp(key):
         def hook(*_):
-            if split.devices[key[1]].type == "cuda":
-                torch.cuda.synchronize(split.devices[key[1]])
+            synchronize(*split.devices)
             marks[key] = time.perf_counter()
         return hook
 
@@ -122,6 +125,7 @@ def timed_training_step(split: VerticalSplit, x: torch.Tensor, y: torch.Tensor, 
     try:
         with warnings.catch_warnings():   # part 0's input needs no gradient: its pre-hook still fires
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            synchronize(*split.devices)
             t0 = time.perf_counter()
             loss = loss_fn(split(x), y.to(split.devices[-1]))
             loss.backward()

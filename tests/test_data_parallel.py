@@ -71,7 +71,7 @@ def test_forward_and_gradients_equal_single_device_on_the_same_batch(logs):
 def test_training_with_data_parallel_equals_single_device_training(logs):
     cfg = DLRMConfig(CARDS, n_dense=4, embedding_dim=8, bottom_mlp=(16,), top_mlp=(16,))
     settings = TrainSettings(global_batch_size=256, max_steps=8, optimizer="sgd", lr=0.1)
-    ref = train_single(logs, cfg, settings)
+    ref = train_single(logs, cfg, settings, device=CPU2[0])      # the devices DataParallel runs on
     dp = train_single(logs, cfg, settings, parallel=lambda m: DataParallelByHand(m, CPU2))
     assert max_difference(ref["state"], dp["state"]) < 1e-6
     assert ref["step_loss"] == pytest.approx(dp["step_loss"], abs=1e-6)
@@ -122,3 +122,16 @@ def test_quiz_03_answers_are_what_the_code_computes():
     assert chunk_sizes(1024, 4) == [256] * 4               # question 7: the loader's 1024 rows are the total
     if gpu_count() == 0:
         assert nn.DataParallel(nn.Linear(2, 2)).device_ids == []   # question 8: no devices, plain call
+
+
+def test_single_process_twin_runs_where_the_ranks_would(monkeypatch, logs):
+    """train_single's default device is rank 0's of world_size ranks; a parallel wrapper places the model."""
+    from course_utils.ddp import train as ddp_train
+
+    cfg = DLRMConfig(CARDS, n_dense=4, embedding_dim=8, bottom_mlp=(16,), top_mlp=(16,))
+    settings = TrainSettings(global_batch_size=256, max_steps=1, optimizer="sgd", lr=0.1)
+    asked = []
+    monkeypatch.setattr(ddp_train, "devices", lambda n, quiet=False: asked.append(n) or [torch.device("cpu")] * n)
+    train_single(logs, cfg, settings, world_size=2)
+    train_single(logs, cfg, settings, parallel=lambda m: DataParallelByHand(m, CPU2))
+    assert asked == [2]                     # the wrapper chose, so devices() was not asked

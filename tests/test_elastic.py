@@ -65,3 +65,58 @@ def test_quiz_08_redone_steps_follow_from_the_checkpoint_interval():
     every, killed_before = 5, 14
     last_saved = (killed_before - 1) // every * every
     assert answer == "Steps " + ", ".join(map(str, range(last_saved + 1, killed_before - 1))) + f" and {killed_before - 1}"
+
+
+def test_two_local_elastic_nodes_get_their_own_gpus_or_gloo(monkeypatch, tmp_path):
+    from course_utils.scripts import runner
+
+    started = []
+
+    def fake_run_together(commands, timeout):
+        started.append(commands)
+        return [("", "")] * len(commands), [0] * len(commands)
+
+    monkeypatch.setattr(runner, "run_together", fake_run_together)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for gpus, own in ((0, ["", ""]), (1, ["COURSE_BACKEND=gloo"] * 2),
+                      (2, ["CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"])):
+        monkeypatch.setattr(runner.hardware, "gpu_count", lambda: gpus)
+        run = elastic_run.run_elastic(tmp_path / str(gpus), nnodes=2, nproc_per_node=1)
+        prefixes = [c.split(" torchrun")[0].removeprefix("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1").strip()
+                    for c in run.commands]
+        assert prefixes == own, gpus
+        assert all(c[0] == "env" for c in started[-1])
+
+
+def test_the_srun_stand_in_gives_each_node_its_own_gpus_or_gloo(monkeypatch, tmp_path):
+    from course_utils.scripts import runner
+
+    script = tmp_path / "job.sbatch"
+    script.write_text('srun bash -c \'echo "node $SLURM_NODEID: [$CUDA_VISIBLE_DEVICES] [$COURSE_BACKEND]"\'\n')
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("COURSE_BACKEND", raising=False)
+    for gpus, per_node, expected in ((0, "1", ["node 0: [] []", "node 1: [] []"]),
+                                     (1, "1", ["node 0: [] [gloo]", "node 1: [] [gloo]"]),
+                                     (2, "1", ["node 0: [0] []", "node 1: [1] []"]),
+                                     (4, "2", ["node 0: [0,1] []", "node 1: [2,3] []"])):
+        monkeypatch.setattr(runner.hardware, "gpu_count", lambda: gpus)
+        out, _ = slurm_local.run_sbatch_locally(script, nodes=2, timeout=60, env={"GPUS_PER_NODE": per_node})
+        assert sorted(out.splitlines()) == expected, gpus
+
+
+def test_the_scripts_take_their_backend_from_course_backend(monkeypatch, tmp_path):
+    """COURSE_BACKEND is what runner.node_environments sets; the scripts pass it to pick_backend."""
+    import pytest
+
+    from course_utils.scripts import train_ddp
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    monkeypatch.setenv("COURSE_BACKEND", "nccl")          # refused on this GPU-less machine, before any group
+    monkeypatch.setattr("course_utils.hardware.gpu_count", lambda: 0)
+    threads = torch.get_num_threads()                   # elastic_train.main sets 1 for its rank
+    try:
+        for main in (elastic_train.main, train_ddp.main):
+            with pytest.raises(ValueError, match="backend='nccl' needs CUDA GPUs"):
+                main(["--out", str(tmp_path)])
+    finally:
+        torch.set_num_threads(threads)

@@ -120,3 +120,55 @@ def test_bad_runner_arguments():
         runner.run_torchrun(nnodes=2)
     with pytest.raises(ValueError, match="rendezvous must be 'standalone', 'static' or 'c10d'"):
         runner.run_torchrun(rendezvous="etcd")
+
+
+# --- stand-in nodes on one machine never share a GPU ----------------------------------------
+
+@pytest.mark.parametrize("gpus, nnodes, per_node, expected", [
+    (0, 2, 1, [{}, {}]),                                                      # CPU: gloo anyway
+    (1, 2, 1, [{"COURSE_BACKEND": "gloo"}] * 2),                              # one GPU for two nodes
+    (2, 2, 1, [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]),
+    (2, 2, 2, [{"COURSE_BACKEND": "gloo"}] * 2),                              # 4 ranks, 2 GPUs
+    (4, 2, 1, [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]),
+    (4, 2, 2, [{"CUDA_VISIBLE_DEVICES": "0,1"}, {"CUDA_VISIBLE_DEVICES": "2,3"}]),
+    (4, 1, 4, [{}]),                                                          # one node: torchrun's own choice
+])
+def test_each_stand_in_node_gets_its_own_gpus_or_gloo(monkeypatch, gpus, nnodes, per_node, expected):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(runner.hardware, "gpu_count", lambda: gpus)
+    assert runner.node_environments(nnodes, per_node) == expected
+
+
+def test_node_gpus_are_slices_of_the_visible_ones(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3,GPU-5f1c")
+    monkeypatch.setattr(runner.hardware, "gpu_count", lambda: 3)
+    assert runner.node_environments(3, 1) == [{"CUDA_VISIBLE_DEVICES": d} for d in ("2", "3", "GPU-5f1c")]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
+    monkeypatch.setattr(runner.hardware, "gpu_count", lambda: 2)
+    assert runner.node_environments(2, 1) == [{"CUDA_VISIBLE_DEVICES": "6"}, {"CUDA_VISIBLE_DEVICES": "7"}]
+
+
+def test_run_torchrun_gives_each_node_its_environment_and_shows_it(monkeypatch):
+    started = []
+
+    def fake_run_together(commands, timeout, extra_env=None):
+        started.append((commands, extra_env))
+        return [("", "")] * len(commands), [0] * len(commands)
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(runner, "run_together", fake_run_together)
+    monkeypatch.setattr(runner.hardware, "gpu_count", lambda: 2)
+    run = runner.run_torchrun("course_utils.scripts.train_ddp", nproc_per_node=1, nnodes=2, rendezvous="c10d")
+    assert started[0][1] == [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
+    assert [c.split(" torchrun")[0] for c in run.commands] == ["CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"]
+    monkeypatch.setattr(runner.hardware, "gpu_count", lambda: 0)
+    run = runner.run_torchrun(nproc_per_node=2)
+    assert started[1][1] == [{}] and run.commands[0].startswith("torchrun --nproc-per-node 2")
+
+
+def test_run_together_adds_each_command_its_own_variables():
+    show = [sys.executable, "-c",
+            "import os; print(os.environ.get('CUDA_VISIBLE_DEVICES'), os.environ['OMP_NUM_THREADS'])"]
+    outputs, _ = runner.run_together([show, show], timeout=60,
+                                     extra_env=[{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}])
+    assert [out.strip() for out, _ in outputs] == ["0 1", "1 1"]

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from ..hardware import rank_device
+from ..timing import Stopwatch
 
 
 def algorithm_bandwidth(nbytes: float, seconds: float) -> float:
@@ -55,7 +55,6 @@ def time_all_reduce(all_reduce, nbytes: int, repeats: int = 5, group=None, warm_
     runs one untimed call (connections, first use of the memory).
     """
     device = rank_device()
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     t = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)  # zeros stay zeros when summed
     calls = max(1, min(50, (4 << 20) // max(nbytes, 1)))
     if warm_up:
@@ -63,12 +62,10 @@ def time_all_reduce(all_reduce, nbytes: int, repeats: int = 5, group=None, warm_
     seconds = []
     for _ in range(repeats):
         dist.barrier(group=group)
-        sync()
-        start = time.perf_counter()
-        for _ in range(calls):
-            all_reduce(t, group=group)
-        sync()  # a GPU collective returns before it is done
-        slowest = torch.tensor([(time.perf_counter() - start) / calls], dtype=torch.float64, device=device)
+        with Stopwatch(device) as watch:  # synced at both ends: a GPU collective returns before it is done
+            for _ in range(calls):
+                all_reduce(t, group=group)
+        slowest = torch.tensor([watch.seconds / calls], dtype=torch.float64, device=device)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
         seconds.append(slowest.item())
     return seconds

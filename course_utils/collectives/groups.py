@@ -16,7 +16,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from ..hardware import pick_backend
+from ..hardware import group_backend, pick_backend
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -53,6 +53,8 @@ def init_group(backend: str = "gloo", init_method: str = "env://", rank: int | N
     (``env://`` without RANK etc.), when the rendezvous port is taken, or when
     not every rank joined within ``timeout``; ``ValueError`` (from
     ``pick_backend``) when the backend cannot serve this many ranks per machine.
+    ``"nccl"`` starts the group as ``"cpu:gloo,cuda:nccl"`` (``hardware.group_backend``),
+    so that the ranks can exchange CPU tensors too.
     """
     if init_method.startswith("env://"):
         missing = [name for name in TORCHRUN_ENV
@@ -68,8 +70,8 @@ def init_group(backend: str = "gloo", init_method: str = "env://", rank: int | N
     # Ranks on this machine share its GPUs: the backend must serve that many.
     pick_backend(int(os.environ.get("LOCAL_WORLD_SIZE", expected)), backend)
     try:
-        dist.init_process_group(backend, init_method=init_method, timeout=timedelta(seconds=timeout),
-                                rank=-1 if rank is None else rank,
+        dist.init_process_group(group_backend(backend), init_method=init_method,
+                                timeout=timedelta(seconds=timeout), rank=-1 if rank is None else rank,
                                 world_size=-1 if world_size is None else world_size)
     except (RuntimeError, ValueError) as exc:
         explained = _explain(exc, init_method, expected, timeout)

@@ -37,7 +37,11 @@ def forward_backward(model: nn.Module, batch, steps: int) -> None:
 
 
 class DLRMWork:
-    """One worker's share of work: ``steps`` forward/backward passes of its own DLRM on ``batch``."""
+    """One worker's share of work: ``steps`` forward/backward passes of its own DLRM on ``batch``.
+
+    On the CPU, on purpose, also on GPU machines: ``threads_vs_processes`` measures what
+    the GIL does to Python threads that share CPU cores, not the GPUs.
+    """
 
     def __init__(self, model_config: DLRMConfig, batch, steps: int = 10):
         self.model_config, self.batch, self.steps = model_config, batch, steps
@@ -149,7 +153,8 @@ def step_times(data, model_config: DLRMConfig, settings: TrainSettings, variants
 
 
 def _data_parallel(model: nn.Module) -> nn.Module:
-    return DataParallelByHand(model, devices(2, quiet=True))
+    devs = devices(2, quiet=True)                  # two GPUs when there are, else CPU stand-ins
+    return DataParallelByHand(model.to(devs[0]), devs)
 
 
 def compare_single_dp_ddp(train: ClickLogs, test: ClickLogs, model_config: DLRMConfig, settings: TrainSettings,

@@ -31,9 +31,10 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
 from ..data import Batch, ClickLogs, parquet_info, read_parquet, row_groups_of_rank
-from ..hardware import rank_device
+from ..hardware import devices, rank_device
 from ..models import DLRMConfig
 from ..progress import Progress
+from ..timing import Stopwatch, synchronize
 from ..train import evaluate, make_optimizer
 from .bucketed import BucketedDDP
 from .naive import NaiveDDP
@@ -146,11 +147,13 @@ def _loop(model: nn.Module, batches_of_epoch, settings: TrainSettings, desc: str
     total = total if settings.max_steps is None else min(total, settings.max_steps)
     losses, step_seconds, samples = [], [], 0
     no_sync = getattr(model, "no_sync", contextlib.nullcontext)
+    in_use = getattr(model, "devices", [device])    # DataParallelByHand works on several
     model.train()
     with Progress(total, desc, mode=None if live else "nowhere") as bar:
         for batch in (b for epoch in epochs for b in epoch):
             if len(losses) == total:
                 break
+            synchronize(*in_use)                       # GPU work is asynchronous: time it once it is done
             start = time.perf_counter()
             micro = list(zip(*(t.to(device).chunk(settings.accumulation_steps) for t in batch)))
             step_loss = 0.0
@@ -164,6 +167,7 @@ def _loop(model: nn.Module, batches_of_epoch, settings: TrainSettings, desc: str
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()
+            synchronize(*in_use)
             step_seconds.append(time.perf_counter() - start)
             losses.append(step_loss)
             samples += len(batch.label)
@@ -197,12 +201,14 @@ def ddp_worker(kind: str, data, model_config: DLRMConfig, settings: TrainSetting
     model = wrap(model_config.build(seed=settings.model_seed + rank).to(device), kind, **wrap_options)
     per_rank = settings.per_rank_batch(world_size)
     dist.barrier()
-    start, cpu_start = time.perf_counter(), time.process_time()
-    run = _loop(model, lambda e: rank_batches(data, rank, world_size, per_rank, e, settings.seed, settings.set_epoch),
-                settings, desc=f"rank {rank}", live=False, device=device)
-    cpu_seconds = time.process_time() - cpu_start
-    dist.barrier()
-    seconds = time.perf_counter() - start
+    cpu_start = time.process_time()
+    with Stopwatch(device) as wall:
+        run = _loop(model, lambda e: rank_batches(data, rank, world_size, per_rank, e, settings.seed,
+                                                  settings.set_epoch),
+                    settings, desc=f"rank {rank}", live=False, device=device)
+        cpu_seconds = time.process_time() - cpu_start
+        dist.barrier()
+    seconds = wall.seconds
     mean_loss = torch.tensor(run["step_loss"], dtype=torch.float64, device=device)
     dist.all_reduce(mean_loss)                       # one collective at the end, not one per step
     run["step_loss"] = (mean_loss / world_size).cpu().tolist()
@@ -213,21 +219,33 @@ def ddp_worker(kind: str, data, model_config: DLRMConfig, settings: TrainSetting
 
 
 def train_single(data, model_config: DLRMConfig, settings: TrainSettings, world_size: int = 1,
-                 eval_data: ClickLogs | None = None, desc: str = "single process", parallel=None) -> dict:
+                 eval_data: ClickLogs | None = None, desc: str = "single process", parallel=None,
+                 device: torch.device | str | None = None) -> dict:
     """Train in this process on the global batches of ``world_size`` ranks (see ``global_batches``).
 
     ``world_size=1`` is plain single-process training. ``parallel``: a function that
-    wraps the model, e.g. in ``DataParallelByHand``. Same result keys as ``ddp_worker``;
-    a live progress line shows in a notebook.
+    wraps the model (built on the CPU), e.g. in ``DataParallelByHand``, and puts it on
+    its devices; the batches then go where its parameters are. Otherwise the model
+    and batches live on ``device``, by default where rank 0 of ``world_size`` ranks
+    would train (``devices(world_size)[0]``: ``cuda:0`` when every rank gets a GPU,
+    else the CPU), so the twin runs on the device of the runs it is compared with.
+    Same result keys as ``ddp_worker``; a live progress line shows in a notebook.
     """
     model = model_config.build(seed=settings.model_seed)
-    model = parallel(model) if parallel is not None else model
+    if parallel is not None:
+        model = parallel(model)
+        device = next(model.parameters()).device
+    else:
+        device = torch.device(device) if device is not None else devices(world_size, quiet=True)[0]
+        model = model.to(device)
     per_rank = settings.per_rank_batch(world_size)
-    start, cpu_start = time.perf_counter(), time.process_time()
-    run = _loop(model, lambda e: global_batches(data, world_size, per_rank, e, settings.seed, settings.set_epoch),
-                settings, desc=desc, live=True)
+    cpu_start = time.process_time()
+    with Stopwatch(*getattr(model, "devices", [device])) as wall:
+        run = _loop(model, lambda e: global_batches(data, world_size, per_rank, e, settings.seed,
+                                                    settings.set_epoch),
+                    settings, desc=desc, live=True, device=device)
     run.update(rank=0, world_size=1, kind="single", cpu_seconds=time.process_time() - cpu_start)
-    return _result(model, run, time.perf_counter() - start, eval_data)
+    return _result(model, run, wall.seconds, eval_data)
 
 
 def max_difference(state_a: dict, state_b: dict) -> float:

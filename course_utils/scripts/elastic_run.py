@@ -1,7 +1,8 @@
 """Start ``elastic_train`` under the real ``torchrun``, from a notebook or a test, and read what happened.
 
 ``run_elastic`` starts one ``torchrun`` per node (``nnodes=2``: two launchers on
-localhost meeting through a c10d rendezvous on a free port), with a timeout; if a
+localhost meeting through a c10d rendezvous on a free port; on a GPU machine each gets
+its own GPUs, or gloo, see ``runner.node_environments``), with a timeout; if a
 launcher fails or outlives it, every launcher is killed with its whole process group
 (the runner of chapter 02 does the process handling). ``timeline`` turns the ranks'
 event logs into a deterministic account, attempt by attempt; ``plot_timeline`` draws it.
@@ -53,9 +54,9 @@ def run_elastic(out: str | os.PathLike, *, nproc_per_node: int = 2, nnodes: int 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    env = ["env", *(f"{k}={v}" for k, v in SHARED_STORE_FIX.items())]
     commands = []
-    for node in range(nnodes):
+    for node, own in enumerate(runner.node_environments(nnodes, nproc_per_node)):
+        env = ["env", *(f"{k}={v}" for k, v in {**SHARED_STORE_FIX, **own}.items())]
         where = (["--standalone"] if nnodes == 1 else
                  ["--nnodes", str(nnodes), "--node-rank", str(node), "--rdzv-backend", "c10d",
                   "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "course-job"])

@@ -23,9 +23,10 @@ def report() -> dict:
     import torch.distributed as dist
 
     from course_utils.collectives import ring_all_reduce
+    from course_utils.hardware import rank_device
 
     rank = dist.get_rank()
-    mine = (rank + 1) * torch.arange(1, 9, dtype=torch.float64)  # [8] float64
+    mine = (rank + 1) * torch.arange(1, 9, dtype=torch.float64, device=rank_device())  # [8] float64
     by_gloo, by_ring = mine.clone(), ring_all_reduce(mine.clone())
     dist.all_reduce(by_gloo)
     return {"env": {name: os.environ.get(name) for name in TORCHRUN_VARIABLES},

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch.multiprocessing as mp
 
+from .. import hardware
 from ..collectives.groups import free_port
 
 # The `torchrun` command is this module's console script; running it through the
@@ -32,6 +33,30 @@ LAUNCHERS = {"torchrun": [sys.executable, "-m", "torch.distributed.run"],
              "torch.distributed.launch": [sys.executable, "-m", "torch.distributed.launch"]}
 _C10_PREFIX = re.compile(r"^[WIE]\d{4} [\d:.]+ \d+ [^\]]*\] ?")
 _REPO = str(Path(__file__).resolve().parents[2])
+#: The course's torchrun scripts pass this variable to ``pick_backend`` ("auto" when unset).
+BACKEND_VARIABLE = "COURSE_BACKEND"
+
+
+def node_environments(nnodes: int, nproc_per_node: int) -> list[dict[str, str]]:
+    """The extra environment of each of ``nnodes`` stand-in nodes started on this one machine.
+
+    Real nodes have GPUs of their own. Stand-ins share this machine's, and each would give
+    its local rank 0 ``cuda:0``: NCCL refuses two ranks on one GPU ("Duplicate GPU
+    detected"). So when the visible GPUs are enough for one per rank, each node gets its
+    own slice of them (``CUDA_VISIBLE_DEVICES``, as SLURM gives each node its GPUs); else
+    every node runs gloo (``COURSE_BACKEND=gloo``: all nodes must agree on the backend).
+    One node, or no GPU at all, needs nothing.
+    """
+    gpus = hardware.gpu_count() if nnodes > 1 else 0
+    if gpus == 0:
+        return [{} for _ in range(nnodes)]
+    if gpus < nnodes * nproc_per_node:
+        return [{BACKEND_VARIABLE: "gloo"} for _ in range(nnodes)]
+    # slices of what this process sees: CUDA_VISIBLE_DEVICES=2,3 here gives the nodes "2" and "3"
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = [d.strip() for d in listed.split(",")][:gpus] if listed else [str(i) for i in range(gpus)]
+    return [{"CUDA_VISIBLE_DEVICES": ",".join(visible[n * nproc_per_node:(n + 1) * nproc_per_node])}
+            for n in range(nnodes)]
 
 
 class LauncherError(RuntimeError):
@@ -69,7 +94,8 @@ def run_torchrun(module: str = "course_utils.scripts.hello", nproc_per_node: int
     """Run ``launcher ... -m module --out DIR *args`` once per node on this machine; return the reports.
 
     ``nnodes > 1`` starts one launcher per node (``--node-rank 0 .. nnodes-1``) that meet at
-    ``127.0.0.1:port`` (a free port unless given) with a ``static`` or ``c10d`` rendezvous.
+    ``127.0.0.1:port`` (a free port unless given) with a ``static`` or ``c10d`` rendezvous;
+    on a GPU machine each node gets its own GPUs, or gloo (``node_environments``).
     Raises ``LauncherError`` naming the launcher that failed (with the end of its
     stderr), or saying which were still running after ``timeout`` s.
     """
@@ -78,6 +104,7 @@ def run_torchrun(module: str = "course_utils.scripts.hello", nproc_per_node: int
     if nnodes > 1 and rendezvous == "standalone":
         raise ValueError("--standalone is for one node; for nnodes > 1 use rendezvous='static' or 'c10d'")
     port = free_port() if port is None else port
+    node_env = node_environments(nnodes, nproc_per_node)
     with tempfile.TemporaryDirectory(prefix="course_run_") as out:
         commands = []
         for node in range(nnodes):
@@ -86,26 +113,32 @@ def run_torchrun(module: str = "course_utils.scripts.hello", nproc_per_node: int
                                                    *_rendezvous(rendezvous, port), "-m", module, "--out", out,
                                                    *map(str, args)])
         start = time.perf_counter()
-        outputs, pids = run_together(commands, timeout)
+        outputs, pids = run_together(commands, timeout, node_env)
         reports = [json.loads(p.read_text()) for p in sorted(Path(out).glob("rank*.json"),
                                                            key=lambda p: int(p.stem[4:]))]
-        shown = [" ".join([launcher if launcher == "torchrun" else f"python -m {launcher}"]
+        shown = [" ".join([f"{k}={v}" for k, v in extra.items()]
+                          + [launcher if launcher == "torchrun" else f"python -m {launcher}"]
                           + c[len(LAUNCHERS[launcher]):]).replace(out, "OUT").replace(str(port), "PORT")
-                 for c in commands]
+                 for c, extra in zip(commands, node_env)]
     return LauncherRun(reports, shown, [e for _, e in outputs], [o for o, _ in outputs], pids,
                        time.perf_counter() - start)
 
 
-def run_together(commands: list[list[str]], timeout: float) -> tuple[list[tuple[str, str]], list[int]]:
-    """Start every command at once, each in its own process group; all finish or all are killed."""
+def run_together(commands: list[list[str]], timeout: float,
+                 extra_env: Sequence[dict] | None = None) -> tuple[list[tuple[str, str]], list[int]]:
+    """Start every command at once, each in its own process group; all finish or all are killed.
+
+    ``extra_env``: variables to add for each command (one dict per command), e.g. its GPUs.
+    """
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [_REPO, os.environ.get("PYTHONPATH")]))}
     procs, files = [], []
     try:
-        for cmd in commands:
+        for cmd, extra in zip(commands, extra_env or [{}] * len(commands)):
             out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
             files.append((out, err))
-            procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True))
+            procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env={**env, **extra},
+                                          start_new_session=True))
         deadline = time.monotonic() + timeout
         while any(p.poll() is None for p in procs):
             failed = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]

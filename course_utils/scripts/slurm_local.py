@@ -6,7 +6,9 @@ node. Here ``run_sbatch_locally`` sets the same variables, puts two tiny shell
 stand-ins first on ``PATH`` (``scontrol show hostnames`` prints ``127.0.0.1`` once per
 "node"; ``srun`` starts its command once per "node" with ``SLURM_NODEID`` / ``SLURM_PROCID``
 set, and fails if any copy fails) and runs the script with ``bash``, with a timeout,
-through the chapter 02 runner (the whole process group is killed on failure).
+through the chapter 02 runner (the whole process group is killed on failure). As SLURM
+gives each node its own GPUs, the ``srun`` stand-in gives each "node" its own slice of
+this machine's, or gloo where there are too few (``runner.node_environments``).
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ FAKE_SRUN = """#!/bin/bash
 while [[ "$1" == -* ]]; do shift; done
 pids=()
 for ((node = 0; node < SLURM_NNODES; node++)); do
-    SLURM_NODEID=$node SLURM_PROCID=$node SLURM_LOCALID=0 "$@" &
+    own="COURSE_NODE${node}_ENV"          # this node's own variables (its GPUs), if any
+    env ${!own:-} SLURM_NODEID=$node SLURM_PROCID=$node SLURM_LOCALID=0 "$@" &
     pids+=($!)
 done
 status=0
@@ -45,8 +48,9 @@ def run_sbatch_locally(script: str | os.PathLike, *, nodes: int = 2, env: dict |
     """Run ``bash script`` as SLURM would on ``nodes`` nodes (all of them this machine).
 
     env: extra variables (e.g. ``GPUS_PER_NODE``, ``CKPT_DIR``, ``TRAIN_ARGS``).
-    ``MASTER_PORT`` is a free port unless given. Returns the script's (stdout, stderr);
-    raises ``runner.LauncherError`` if it fails or outlives ``timeout``.
+    ``MASTER_PORT`` is a free port unless given. ``GPUS_PER_NODE`` (the template's default
+    is 8) decides whether each node can have GPUs of its own here. Returns the script's
+    (stdout, stderr); raises ``runner.LauncherError`` if it fails or outlives ``timeout``.
     """
     with tempfile.TemporaryDirectory(prefix="course_slurm_") as shims:
         for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
@@ -57,6 +61,10 @@ def run_sbatch_locally(script: str | os.PathLike, *, nodes: int = 2, env: dict |
                      "SLURM_JOB_ID": "4242", "MASTER_PORT": str(free_port()),
                      "PATH": os.pathsep.join([shims, str(Path(sys.executable).parent), os.environ["PATH"]]),
                      **(env or {})}
+        per_node = int(variables.get("GPUS_PER_NODE", os.environ.get("GPUS_PER_NODE", "8")))
+        for node, own in enumerate(runner.node_environments(nodes, per_node)):
+            if own:
+                variables[f"COURSE_NODE{node}_ENV"] = " ".join(f"{k}={v}" for k, v in own.items())
         command = ["env", *(f"{k}={v}" for k, v in variables.items()), "bash", str(script)]
         (outputs,), _ = runner.run_together([command], timeout)
     return outputs

@@ -4,10 +4,11 @@
 
 TorchRec is not a course dependency (chapter 07 says why). In a throwaway environment that
 has it, this script shards one ``EmbeddingBagCollection`` of 3 tables with each of TorchRec's
-sharding types on 2 CPU ranks (gloo), looks up each rank's bags of 2 ids, gathers the
-sharded weights, and compares TorchRec's pooled embeddings with ``F.embedding_bag`` on the
-whole tables and with the course's own sharded lookup of the same kind built from the same
-weights. A type TorchRec refuses on CPU is reported with TorchRec's message.
+sharding types on 2 CPU ranks (gloo, on GPU machines too: fbgemm-gpu-cpu has CPU kernels
+only), looks up each rank's bags of 2 ids, gathers the sharded weights, and compares
+TorchRec's pooled embeddings with ``F.embedding_bag`` on the whole tables and with the
+course's own sharded lookup of the same kind built from the same weights. A type TorchRec
+refuses on CPU is reported with TorchRec's message.
 
 A combination that installs beside torch 2.13.0 (each with ``pip install --no-deps``):
 torchrec 1.8.0, fbgemm-gpu-cpu 1.8.0, tensordict, torchmetrics, lightning-utilities,
@@ -24,6 +25,8 @@ def _gather_tables(model, world: int) -> list:
     import torch
     import torch.distributed as dist
 
+    from course_utils.hardware import rank_device
+
     pieces = []
     for key, value in model.state_dict().items():
         table = int(key.split("embedding_bags.t")[1].split(".")[0])
@@ -33,9 +36,9 @@ def _gather_tables(model, world: int) -> list:
             pieces.append((table, (0, 0), value.detach().clone()))
     everyone = [None] * world
     dist.all_gather_object(everyone, pieces)
-    tables = [torch.zeros(n, DIM) for n in CARDS]
+    tables = [torch.zeros(n, DIM, device=rank_device()) for n in CARDS]
     for table, (row, col), t in (p for rank_pieces in everyone for p in rank_pieces):
-        tables[table][row:row + t.shape[0], col:col + t.shape[1]] = t
+        tables[table][row:row + t.shape[0], col:col + t.shape[1]] = t.to(tables[table].device)
     return tables
 
 
@@ -52,14 +55,15 @@ def compare(kind: str) -> dict:
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     from course_utils import sharding
+    from course_utils.hardware import rank_device
 
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world, device = dist.get_rank(), dist.get_world_size(), rank_device()
     configs = [torchrec.EmbeddingBagConfig(name=f"t{t}", embedding_dim=DIM, num_embeddings=n, feature_names=[f"f{t}"])
                for t, n in enumerate(CARDS)]
-    ebc = torchrec.EmbeddingBagCollection(tables=configs, device=torch.device("cpu"))
-    planner = EmbeddingShardingPlanner(topology=Topology(world_size=world, compute_device="cpu"),
+    ebc = torchrec.EmbeddingBagCollection(tables=configs, device=device)
+    planner = EmbeddingShardingPlanner(topology=Topology(world_size=world, compute_device=device.type),
                                        constraints={f"t{t}": ParameterConstraints(sharding_types=[kind])
                                                     for t in range(len(CARDS))})
     from torchrec.distributed.sharding_plan import get_default_sharders
@@ -68,13 +72,13 @@ def compare(kind: str) -> dict:
         plan = planner.plan(ebc, get_default_sharders())
     except RuntimeError as err:
         return {"kind": kind, "refused": str(err).split(". Module:")[0]}
-    model = DistributedModelParallel(ebc, device=torch.device("cpu"), plan=plan)
-    g = torch.Generator().manual_seed(1)
-    ids = torch.stack([torch.randint(0, n, (world * BATCH, POOLING), generator=g) for n in CARDS], 1)
+    model = DistributedModelParallel(ebc, device=device, plan=plan)
+    g = torch.Generator().manual_seed(1)                                         # the same ids on every rank
+    ids = torch.stack([torch.randint(0, n, (world * BATCH, POOLING), generator=g) for n in CARDS], 1).to(device)
     mine = ids[rank * BATCH:(rank + 1) * BATCH]                                  # [B, T, L]
     kjt = KeyedJaggedTensor.from_lengths_sync(
         keys=[f"f{t}" for t in range(len(CARDS))], values=mine.permute(1, 0, 2).reshape(-1),
-        lengths=torch.full((len(CARDS) * BATCH,), POOLING, dtype=torch.int32))
+        lengths=torch.full((len(CARDS) * BATCH,), POOLING, dtype=torch.int32, device=device))
     out = model(kjt)
     out = out.wait() if hasattr(out, "wait") else out
     theirs = torch.stack([out[f"f{t}"] for t in range(len(CARDS))], dim=1)     # [B, T, D]
@@ -95,7 +99,7 @@ def main() -> None:
     from course_utils import launch
 
     for kind in TYPES:
-        results = launch(compare, kind, world_size=2, timeout=300, show_output=False)
+        results = launch(compare, kind, world_size=2, backend="gloo", timeout=300, show_output=False)
         if "refused" in results[0]:
             print(f"{kind:14s} refused on CPU: {results[0]['refused']}")
             continue

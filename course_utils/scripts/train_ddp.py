@@ -7,7 +7,8 @@
 
 The same loop as the notebooks (``course_utils.ddp.ddp_worker``): torchrun sets
 RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT; the script joins the
-group (NCCL when every local rank has a GPU, else gloo), trains, and each rank
+group (NCCL when every local rank has a GPU, else gloo; ``COURSE_BACKEND=gloo`` in the
+environment forces gloo), trains, and each rank
 writes ``DIR/rank<R>.json``: its final loss curve, a fingerprint of its
 parameters (per-tensor sums, to compare runs without shipping the weights) and,
 on rank 0, AUC and log loss on held-out rows.
@@ -78,12 +79,13 @@ def main(argv=None) -> None:
     from course_utils.ddp import ddp_worker
     from course_utils.hardware import pick_backend
 
-    backend = pick_backend(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))  # NCCL if each local rank has a GPU
+    # NCCL if each local rank has a GPU; COURSE_BACKEND=gloo (stand-in nodes sharing GPUs) forces gloo
+    backend = pick_backend(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), os.environ.get("COURSE_BACKEND", "auto"))
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     else:
         torch.set_num_threads(1)      # ranks share this machine's cores
-    init_group(backend)               # env:// : what torchrun set
+    init_group(backend)               # env:// : what torchrun set (NCCL: "cpu:gloo,cuda:nccl")
     try:
         train, held_out, model_config, settings = inputs(args, dist.get_rank(), dist.get_world_size())
         run = ddp_worker(args.kind, train, model_config, settings, eval_data=held_out)
