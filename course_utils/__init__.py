@@ -52,6 +52,7 @@ _HOME = {
     "launch": "launcher", "LaunchError": "launch_errors", "LaunchTimeoutError": "launch_errors",
     "RankFailedError": "launch_errors",
     "devices": "hardware", "gpu_count": "hardware", "gpu_names": "hardware", "pick_backend": "hardware",
+    "rank_device": "hardware",
     "environment": "notebook", "show_source": "notebook",
 }
 __all__ = list(_HOME)

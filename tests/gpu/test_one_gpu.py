@@ -89,3 +89,11 @@ def test_timers_charge_gpu_work_to_the_step_that_queued_it():
     torch.cuda.synchronize(device)
     assert synced.seconds > 10 * unsynced.seconds
     assert end_ms - start_ms == pytest.approx(synced.seconds * 1e3, rel=0.5)
+
+
+def test_two_stand_in_nodes_on_one_gpu_train_with_gloo():
+    from course_utils.scripts import runner
+    run = runner.run_torchrun(module="course_utils.scripts.train_ddp", nproc_per_node=1, nnodes=2,
+                              rendezvous="c10d", timeout=300)
+    assert [r["backend"] for r in run.reports] == ["gloo", "gloo"]      # never two ranks on cuda:0
+    assert run.reports[0]["fingerprint"] == run.reports[1]["fingerprint"]

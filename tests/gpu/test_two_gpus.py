@@ -108,3 +108,11 @@ def test_hybrid_on_two_gpus():
 def test_dcp_round_trip_on_cuda(tmp_path):
     import test_checkpoint as t
     t.test_sharded_dcp_resume_is_bit_identical_2_ranks(tmp_path, "row_wise")
+
+
+def test_two_local_nodes_get_distinct_gpus_and_nccl():
+    from course_utils.scripts import runner
+    run = runner.run_torchrun(module="course_utils.scripts.train_ddp", nproc_per_node=1, nnodes=2,
+                              rendezvous="c10d", timeout=300)
+    assert [r["backend"] for r in run.reports] == ["cpu:gloo,cuda:nccl"] * 2
+    assert run.reports[0]["fingerprint"] == run.reports[1]["fingerprint"]
