@@ -9,13 +9,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 import sys
 import threading
 from pathlib import Path
 
 _ENGINE_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing")
-_C10_LOG_LINE = ("[W", "[I", "[E")  # c10 log lines: "[W1122 15:30:01.1 pid file.cpp:12] ..."
+# Lines the engines write into every rank's output, whatever the rank does; dropped from what
+# show_rank_output prints, so that a notebook's output is the same on every torch version:
+# * c10 log lines, "[W1122 15:30:01.1 pid file.cpp:12] ...", also with a rank prefix,
+#   "[rank0]:[W1122 ...]" (older torch: "[W socket.cpp:12] ...");
+# * gloo's connection report (torch 2.9; gone in 2.13):
+#   "[Gloo] Rank 0 is connected to 2 peer ranks. Expected number of connected peer ranks is : 2".
+_ENGINE_LINE = re.compile(r"(\[rank\d+\]:)?\[[WIEF](\d{4} |\s)|\[Gloo\] Rank \d+ is connected to \d+ peer ranks")
 
 
 class EngineLog(logging.Handler):
@@ -53,12 +60,17 @@ def rank_log(log_dir: Path, rank: int, stream: str) -> str:
     return found[-1].read_text(errors="replace") if found else ""
 
 
+def engine_line(line: str) -> bool:
+    """Whether ``line`` is a c10 log line or gloo's connection report, not the rank's own output."""
+    return _ENGINE_LINE.match(line) is not None
+
+
 def show_rank_output(log_dir: Path, world_size: int) -> None:
-    """Print each rank's stdout (then its stderr), prefixed ``[rank r]``, in rank order."""
+    """Print each rank's stdout (then its stderr), prefixed ``[rank r]``, in rank order,
+    without the engines' own lines (``engine_line``)."""
     for rank in range(world_size):
         for stream, sink in (("stdout", sys.stdout), ("stderr", sys.stderr)):
-            lines = [ln for ln in rank_log(log_dir, rank, stream).splitlines()
-                     if not ln.startswith(_C10_LOG_LINE)]
+            lines = [ln for ln in rank_log(log_dir, rank, stream).splitlines() if not engine_line(ln)]
             if lines:
                 sink.write("".join(f"[rank {rank}] {ln}\n" for ln in lines))
     sys.stdout.flush()

@@ -15,6 +15,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from ..compat import all_to_all
 from ..hardware import rank_device
 
 
@@ -73,7 +74,7 @@ def demo_all_to_all():
     """all_to_all(outs, ins): rank r's piece j goes to rank j, as its piece r (a transpose)."""
     t = start_tensor()
     outs = [torch.empty(1, device=t.device) for _ in range(dist.get_world_size())]
-    dist.all_to_all(outs, list(t.chunk(dist.get_world_size())))
+    all_to_all(outs, list(t.chunk(dist.get_world_size())))  # dist.all_to_all (paired sends where gloo lacks it)
     return _out(t), _out(torch.cat(outs))
 
 
@@ -94,11 +95,16 @@ def demo_send_recv():
 
 
 def demo_isend_irecv():
-    """isend / irecv around a ring: each rank passes its tensor to the right, all at once."""
+    """isend / irecv around a ring: each rank passes its tensor to the right, all at once.
+
+    The send and the receive are posted together, in one ``batch_isend_irecv``: posted one
+    by one, every rank's send could wait on NCCL for a receive its neighbour has not posted.
+    """
     t = start_tensor()
     rank, w = dist.get_rank(), dist.get_world_size()
     received = torch.empty_like(t)
-    requests = [dist.isend(t, dst=(rank + 1) % w), dist.irecv(received, src=(rank - 1) % w)]
+    requests = dist.batch_isend_irecv([dist.P2POp(dist.isend, t, (rank + 1) % w),
+                                       dist.P2POp(dist.irecv, received, (rank - 1) % w)])
     for request in requests:  # both are in flight; wait for both
         request.wait()
     return _out(t), _out(received)

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
+from ..compat import fix_init_handshake, step_accepts_return_outputs
 from ..hardware import devices
 from ..launcher import launch
 from .executor import MeasuredRun, PipelineRun, ScheduleRunner, alternate, check_runnable, collect
@@ -30,6 +31,14 @@ TORCH_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f
 MATCHING = {"GPipe": "gpipe", "1F1B": "1f1b", "Interleaved 1F1B": "interleaved_1f1b"}
 
 
+class Stage(PipelineStage):
+    """``PipelineStage`` whose first handshake with its neighbours sends float32 both ways
+    (torch 2.9 sends an int64 into a float32 buffer, which gloo aborts on: see ``compat``)."""
+
+    def _get_init_p2p_neighbors_ops(self):
+        return fix_init_handshake(super()._get_init_p2p_neighbors_ops())
+
+
 class TorchRunner:
     """This process's stage(s) in torch's schedule ``kind``; ``step()`` and ``result()``
     as for the executor's ``ScheduleRunner``."""
@@ -38,11 +47,13 @@ class TorchRunner:
         rank, num_stages = dist.get_rank(), p * v
         modules = config.stages(num_stages)
         self.mine = [modules[n].to(device) for n in range(rank, num_stages, p)]
-        stages = [PipelineStage(module, n, num_stages, device)
+        stages = [Stage(module, n, num_stages, device)
                   for module, n in zip(self.mine, range(rank, num_stages, p))]
         cls = TORCH_SCHEDULES[kind]
         self.schedule = cls(stages, m, loss_fn=loss_fn) if kind == "interleaved_1f1b" else cls(stages[0], m,
                                                                                                  loss_fn=loss_fn)
+        # the last stage's outputs are not needed (the losses are); torch 2.9 keeps them anyway
+        self.options = {"return_outputs": False} if step_accepts_return_outputs(self.schedule) else {}
         self.holds_first, self.holds_last = rank == 0, rank == (num_stages - 1) % p
         x, y = config.data()
         self.x, self.y, self.device = x.to(device), y.to(device), device
@@ -56,7 +67,7 @@ class TorchRunner:
         kwargs = {"target": self.y, "losses": self.losses} if self.holds_last else {}
         dist.barrier()
         start = time.perf_counter()
-        self.schedule.step(*args, return_outputs=False, **kwargs)
+        self.schedule.step(*args, **self.options, **kwargs)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.times.append((time.perf_counter() - start) * 1e3)
