@@ -19,6 +19,7 @@ optimizer's state (Adam's moments and step count), and the position in the data
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -188,7 +189,9 @@ def save_sharded(model, optimizer, path: str | os.PathLike, progress: dict | Non
 
     state = sharded_state_dict(model, optimizer)
     state.update({f"progress/{k}": torch.tensor(v) for k, v in (progress or {}).items()})
-    dcp.save(state, checkpoint_id=str(path))
+    with warnings.catch_warnings():  # torch 2.9's DCP writer calls tensor.storage() itself
+        warnings.filterwarnings("ignore", message="TypedStorage is deprecated", category=UserWarning)
+        dcp.save(state, checkpoint_id=str(path))
 
 
 def load_sharded(model, optimizer, path: str | os.PathLike) -> dict:
@@ -225,8 +228,6 @@ def load_sharded(model, optimizer, path: str | os.PathLike) -> dict:
 def load_full_tables(path: str | os.PathLike, cardinalities, dim: int) -> list[torch.Tensor]:
     """The whole tables ``[N_t, dim]`` from a :func:`save_sharded` checkpoint, in one process
     (no process group needed): DCP reads every rank's pieces into full tensors."""
-    import warnings
-
     import torch.distributed.checkpoint as dcp
 
     state = {f"model/embeddings.table{t}": torch.empty(n, dim) for t, n in enumerate(cardinalities)}

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch.multiprocessing as mp
 
 from .. import hardware
+from .._launch_io import engine_line
 from ..collectives.groups import free_port
 
 # The `torchrun` command is this module's console script; running it through the
@@ -152,7 +153,10 @@ def run_together(commands: list[list[str]], timeout: float,
     outputs = []
     for out, err in files:
         out.seek(0), err.seek(0)
-        outputs.append((out.read(), err.read()))
+        # gloo's "[Gloo] Rank 0 is connected to ..." (torch 2.9) and c10 log lines are the
+        # engines' talk, not the program's output
+        stdout = "".join(ln for ln in out.read().splitlines(keepends=True) if not engine_line(ln))
+        outputs.append((stdout, err.read()))
         out.close(), err.close()
     failed = [i for i, p in enumerate(procs) if p.returncode != 0 and i not in running]
     if failed:
