@@ -72,20 +72,19 @@ class CudaSpan:
         self.cuda = torch.device(device).type == "cuda"
         self.origin = origin
 
+    def _mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
     def start(self) -> CudaSpan:
-        if self.cuda:
-            self._start = torch.cuda.Event(enable_timing=True)
-            self._start.record()
-        else:
-            self._start = time.perf_counter()
+        self._start = self._mark()
         return self
 
     def end(self) -> CudaSpan:
-        if self.cuda:
-            self._end = torch.cuda.Event(enable_timing=True)
-            self._end.record()
-        else:
-            self._end = time.perf_counter()
+        self._end = self._mark()
         return self
 
     def _ms(self, mark) -> float:
