@@ -9,9 +9,11 @@ message says what went wrong and how to fix it.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
+import sys
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -45,6 +47,23 @@ def _address(init_method: str) -> str:
     return init_method
 
 
+@contextlib.contextmanager
+def _quiet_stdout_fd():
+    """File descriptor 1 sent to /dev/null for a moment: torch 2.9's gloo prints "[Gloo] Rank 0
+    is connected to 1 peer ranks ..." from C++ while the group starts, and ranks that share a
+    terminal interleave those lines with each other and with the program's own output."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
 def init_group(backend: str = "gloo", init_method: str = "env://", rank: int | None = None,
                world_size: int | None = None, timeout: float = 60.0) -> None:
     """``dist.init_process_group`` with clear errors; same arguments (``timeout`` in seconds).
@@ -70,9 +89,10 @@ def init_group(backend: str = "gloo", init_method: str = "env://", rank: int | N
     # Ranks on this machine share its GPUs: the backend must serve that many.
     pick_backend(int(os.environ.get("LOCAL_WORLD_SIZE", expected)), backend)
     try:
-        dist.init_process_group(group_backend(backend), init_method=init_method,
-                                timeout=timedelta(seconds=timeout), rank=-1 if rank is None else rank,
-                                world_size=-1 if world_size is None else world_size)
+        with _quiet_stdout_fd():
+            dist.init_process_group(group_backend(backend), init_method=init_method,
+                                    timeout=timedelta(seconds=timeout), rank=-1 if rank is None else rank,
+                                    world_size=-1 if world_size is None else world_size)
     except (RuntimeError, ValueError) as exc:
         explained = _explain(exc, init_method, expected, timeout)
         if explained is exc:

@@ -71,15 +71,8 @@ def spawned(index: int, world_size: int, init_method: str, out: str) -> None:
     from course_utils.collectives import init_group
 
     torch.set_num_threads(1)
-    # its stdout is the notebook's: keep it clean, also of gloo's "[Gloo] Rank 0 is connected
-    # to 1 peer ranks" (torch 2.9 prints it from C++, straight to file descriptor 1)
-    saved = os.dup(1)
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-    try:
-        init_group("gloo", init_method=init_method, rank=index, world_size=world_size)
-    finally:
-        os.dup2(saved, 1)
-    _report_and_leave(Path(out), say=False)
+    init_group("gloo", init_method=init_method, rank=index, world_size=world_size)
+    _report_and_leave(Path(out), say=False)  # its stdout is the notebook's: keep it clean
 
 
 if __name__ == "__main__":
