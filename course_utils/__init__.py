@@ -49,8 +49,7 @@ _check_torch_version()
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
 _HOME = {
-    "launch": "launcher", "LaunchError": "launch_errors", "LaunchTimeoutError": "launch_errors",
-    "RankFailedError": "launch_errors",
+    "launch": "launcher", "LaunchError": "launcher", "LaunchTimeoutError": "launcher", "RankFailedError": "launcher",
     "devices": "hardware", "gpu_count": "hardware", "gpu_names": "hardware", "pick_backend": "hardware",
     "rank_device": "hardware",
     "environment": "notebook", "show_source": "notebook",

@@ -25,8 +25,8 @@ from pathlib import Path
 import torch.multiprocessing as mp
 
 from .. import hardware
-from .._launch_io import engine_line
 from ..collectives.groups import free_port
+from ..launcher.output import engine_line
 
 # The `torchrun` command is this module's console script; running it through the
 # current interpreter works even where the venv's bin/ folder is not on PATH.
