@@ -11,7 +11,10 @@ Modules: ``schedules`` (actions, the four schedules, validation), ``lowering``
 (receive / compute / send programs, deadlock check), ``timeline`` (the Timeline
 type), ``simulate`` (costs, simulator, formulas), ``plot``, ``trace`` (Chrome /
 Perfetto JSON), ``mlp`` (the model cut into stages), ``executor`` (real
-processes), ``torch_pipelining`` (the same through torch.distributed.pipelining).
+processes), ``torch_pipelining`` (the same through torch.distributed.pipelining),
+``vertical`` (chapter 05's vertical split, one step measured as a Timeline).
+
+Taught in chapter 06.
 """
 from .executor import MeasuredRun, PipelineRun, run_schedule, run_schedules
 from .lowering import Op, check_lowered, lower
