@@ -5,7 +5,10 @@
   hooks while backward runs, and ``no_sync`` for gradient accumulation.
 * ``train``: ``ddp_worker`` (one rank; naive, bucketed or torch DDP) and
   ``train_single`` (one process on the global batch), same data and seeds.
+* ``step_timing``: step times of the variants, run side by side (what buckets save).
 * ``compare``: single process vs DataParallel vs DDP on the same model and data.
+
+Taught in chapter 04 (chapter 03's threads against processes: ``course_utils.gil``).
 """
 from .bucketed import Bucket, BucketedDDP, make_buckets
 from .naive import NaiveDDP, broadcast_parameters
