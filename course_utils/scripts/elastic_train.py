@@ -63,6 +63,7 @@ def train(args: argparse.Namespace) -> dict:
 
     from course_utils import checkpoint, data
     from course_utils.data import Batch
+    from course_utils.ddp.bucketed import settle_ddp_buckets
     from course_utils.hardware import rank_device
     from course_utils.models import DLRM
     from course_utils.train import make_optimizer, train_step
@@ -76,8 +77,8 @@ def train(args: argparse.Namespace) -> dict:
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
     model = DDP(DLRM(logs.cardinalities, seed=args.seed).to(device),
                 device_ids=[device.index] if device.type == "cuda" else None)
-    checkpoint.settle_ddp_buckets(model, torch.zeros(1, logs.n_dense, device=device),
-                                  torch.zeros(1, logs.n_sparse, dtype=torch.long, device=device))
+    settle_ddp_buckets(model, torch.zeros(1, logs.n_dense, device=device),
+                       torch.zeros(1, logs.n_sparse, dtype=torch.long, device=device))
     optimizer = make_optimizer(model, "adam", args.lr)
     path = args.out / "checkpoint.pt"
     state = checkpoint.load_on_every_rank(path, map_location=device)
