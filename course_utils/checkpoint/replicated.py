@@ -78,20 +78,20 @@ class ResumableSampler(DistributedSampler):
         self.epoch, self.consumed = int(state["epoch"]), int(state["consumed"])
 
 
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return model.module if hasattr(model, "module") else model
 
 
 def training_state(model, optimizer, sampler: ResumableSampler, step: int) -> dict:
     """Everything a replicated (DDP) run needs to continue: weights, optimizer state,
     data position, step count and the torch random state."""
-    return {"model": _unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
+    return {"model": unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
             "sampler": sampler.state_dict(), "step": step, "rng": torch.get_rng_state()}
 
 
 def restore_training_state(state: dict, model, optimizer, sampler: ResumableSampler) -> int:
     """Put a :func:`training_state` back; returns the step it was saved at."""
-    _unwrap(model).load_state_dict(state["model"])
+    unwrap(model).load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     sampler.load_state_dict(state["sampler"])
     torch.set_rng_state(state["rng"].cpu())

@@ -108,7 +108,7 @@ class BucketedDDP(NaiveDDP):
         self._named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self._build_buckets(order=list(range(len(self._named)))[::-1])   # first guess: reverse order
         self.buckets_rebuilt, self._ready_order = False, []
-        self._hooks = [p.register_post_accumulate_grad_hook(functools.partial(self._on_gradient_ready, index))
+        self._hooks = [p.register_post_accumulate_grad_hook(functools.partial(self.on_gradient_ready, index))
                        for index, (_, p) in enumerate(self._named)]
 
     def _build_buckets(self, order: list[int]) -> None:
@@ -117,7 +117,7 @@ class BucketedDDP(NaiveDDP):
         self._slot = {index_of[id(p)]: (b, i) for b in self.buckets for i, p in enumerate(b.params)}
         self._next_to_launch = 0
 
-    def _on_gradient_ready(self, index: int, param: nn.Parameter) -> None:   # runs inside backward
+    def on_gradient_ready(self, index: int, param: nn.Parameter) -> None:   # runs inside backward
         if not self.require_gradient_sync:
             return                                                          # no_sync: leave .grad local
         if not self.buckets_rebuilt:
@@ -126,9 +126,9 @@ class BucketedDDP(NaiveDDP):
         with torch.no_grad():
             bucket.view(i).copy_(param.grad)
         bucket.ready += 1
-        self._launch_full_buckets()
+        self.launch_full_buckets()
 
-    def _launch_full_buckets(self) -> None:
+    def launch_full_buckets(self) -> None:
         """Start the all_reduce of every full bucket whose predecessors are already started."""
         while self._next_to_launch < len(self.buckets):
             bucket = self.buckets[self._next_to_launch]

@@ -15,7 +15,7 @@ import weakref
 
 import torch
 
-__all__ = ["as_dtensor", "checkpoint_entries"]
+__all__ = ["as_dtensor", "device_mesh", "checkpoint_entries"]
 
 _MESHES = weakref.WeakKeyDictionary()   # one device mesh per lookup: all its ranks, in order
 
@@ -25,7 +25,6 @@ def as_dtensor(bags, index: int, local: torch.Tensor):
     shaped like it) as what DCP should save: a DTensor that knows its place in the whole table
     (row-wise range: ``Shard(0)``, column-wise: ``Shard(1)``), or the whole table itself
     (table-wise: only its owner has the key)."""
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard
 
     plan = bags.plan
@@ -34,11 +33,19 @@ def as_dtensor(bags, index: int, local: torch.Tensor):
     if plan.kind == "row_wise" and plan.row_split == "hash":
         raise ValueError("a hash (modulo) row split gives each rank every W-th row, which DTensor cannot "
                          "describe (its shards are contiguous blocks); checkpoint a range-split plan")
-    if bags not in _MESHES:
-        _MESHES[bags] = init_device_mesh(local.device.type, (plan.world_size,))
     shape = (plan.cardinalities[bags.shards[index].table], plan.dim)
-    return DTensor.from_local(local, _MESHES[bags], [Shard(0 if plan.kind == "row_wise" else 1)],
+    placement = Shard(0 if plan.kind == "row_wise" else 1)
+    return DTensor.from_local(local, device_mesh(bags, local.device.type), [placement],
                               run_check=False, shape=shape, stride=(plan.dim, 1))
+
+
+def device_mesh(bags, device_type: str):
+    """The device mesh of ``bags``'s ranks (all of them, in order), made once per lookup."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if bags not in _MESHES:
+        _MESHES[bags] = init_device_mesh(device_type, (bags.plan.world_size,))
+    return _MESHES[bags]
 
 
 def checkpoint_entries(bags, prefix: str = "embeddings") -> list:
