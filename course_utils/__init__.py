@@ -11,6 +11,8 @@ Chapter-specific code lives in submodules (``course_utils.data``,
 ``course_utils.models``, ``course_utils.metrics``, ``course_utils.quiz`` ...).
 The top-level names are imported on first use, so a script that torchrun starts
 as ``python -m course_utils.scripts.<name>`` pays only for what it uses.
+
+Taught in chapter 00 (the top-level names: ``launch``, ``devices``, ``show_source`` ...).
 """
 from __future__ import annotations
 

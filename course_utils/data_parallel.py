@@ -14,6 +14,8 @@ the weights out and collects the gradients back, a parameter server in all but
 name. ``DataParallelByHand`` wraps the steps as an ``nn.Module``. On CPU stand-ins
 (``devices(2)`` without GPUs) every step runs for real, so the numbers can be
 checked against single-device training; only the speed of separate GPUs is missing.
+
+Taught in chapter 03.
 """
 from __future__ import annotations
 

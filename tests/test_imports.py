@@ -22,11 +22,16 @@ relative imports resolved against ``M``'s package:
 
 Only modules of ``course_utils`` are nodes; imports of other packages are ignored. A cycle is
 reported as the loop of modules it goes through, e.g. ``a -> b -> c -> a``.
+
+Also here, since it reads the same files: every module's docstring says which chapter teaches it.
 """
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+
+import pytest
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "course_utils"
 
@@ -188,3 +193,23 @@ def test_importing_a_submodule_of_another_package_runs_that_package(tmp_path):
     graph = import_graph(pkg)
     assert graph["pkg.top"] == {"pkg.sub", "pkg.sub.leaf"}
     assert find_cycles(graph) == [["pkg.sub", "pkg.top", "pkg.sub"]]
+
+
+# Modules of files being rewritten on another branch (one training loop, streaming data): their
+# docstrings get the line there. strict: once a module has it, this list must lose it.
+DOCSTRING_LINE_PENDING = {
+    "course_utils.data", "course_utils.data.__main__", "course_utils.data.criteo", "course_utils.data.logs",
+    "course_utils.data.parquet", "course_utils.data.synthetic", "course_utils.ddp.train", "course_utils.hybrid",
+    "course_utils.models", "course_utils.sharding.base", "course_utils.train"}
+TAUGHT = re.compile(r"^(Taught in chapters? \d\d\b|Not taught in a chapter: )")
+
+
+@pytest.mark.parametrize("module", [
+    pytest.param(m, marks=pytest.mark.xfail(strict=True, reason="docstring line added on the other branch"))
+    if m in DOCSTRING_LINE_PENDING else m for m in sorted(module_files(PACKAGE_DIR))])
+def test_every_module_says_which_chapter_teaches_it(module):
+    """Each module's docstring has a line "Taught in chapter NN." (with the section, or several
+    chapters), as d2l's "Defined in" does, or "Not taught in a chapter: " and what it is for."""
+    doc = ast.get_docstring(ast.parse(module_files(PACKAGE_DIR)[module].read_text())) or ""
+    assert any(TAUGHT.match(line) for line in doc.splitlines()), \
+        f"{module}: its docstring has no line 'Taught in chapter NN.' (or 'Not taught in a chapter: ...')"

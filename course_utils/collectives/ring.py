@@ -20,6 +20,8 @@ Every send is posted together with the receive it pairs with, as one
 by one can wait for each other forever: with 2 ranks the right and the left
 neighbour are the same process, and both directions share one NCCL stream. A
 batch starts its send and its receive as one operation. Gloo just posts them.
+
+Taught in chapter 02 (section 4, all-reduce by hand: the ring).
 """
 from __future__ import annotations
 

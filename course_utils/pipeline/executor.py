@@ -38,6 +38,8 @@ simulator returns, plus the loss and gradients to compare with one process;
 in turn, so that they are compared on the same machine state.
 Tested on gloo (CPU); NCCL (one GPU per process) is chosen by ``launch`` when
 there are enough GPUs.
+
+Taught in chapter 06 (section 9, on real processes).
 """
 from __future__ import annotations
 

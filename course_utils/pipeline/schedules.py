@@ -17,6 +17,8 @@ ordered list of actions; stage ``n`` lives on device ``n % p``.
 device that holds its stage, and that the per-device orders respect the
 dependencies (F(n,m) after F(n-1,m); B(n,m) after F(n,m) and B(n+1,m); W(n,m)
 after B(n,m)) without any device waiting forever.
+
+Taught in chapter 06 (sections 2 to 6, the schedules).
 """
 from __future__ import annotations
 

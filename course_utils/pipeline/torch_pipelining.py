@@ -11,6 +11,8 @@ unpipelined model's, and the hand-written executor's.
 ``compare_with_torch(schedule)`` runs our executor and torch's matching
 schedule in the same processes, a step of each in turn, so that both see the
 same machine.
+
+Taught in chapter 06 (section 10, the same with ``torch.distributed.pipelining``).
 """
 from __future__ import annotations
 

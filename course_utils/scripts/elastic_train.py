@@ -12,6 +12,8 @@ again (``--max-restarts``). A rank counts its attempts in its own event log:
 torchrun's ``TORCHELASTIC_RESTART_COUNT`` counts the failures *one node's* agent saw, so
 on several nodes a node whose ranks did not fail may still say 0 after a restart. Each rank appends what it does to
 ``DIR/events-rank<R>.jsonl``; rank 0 writes the final weights to ``DIR/final.pt``.
+
+Taught in chapter 08 (sections 1 and 2, what a checkpoint must hold; kill, resume, compare).
 """
 from __future__ import annotations
 

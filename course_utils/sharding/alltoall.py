@@ -9,6 +9,8 @@ back to rank ``s``.
 Every call records, in a :class:`Traffic`, the bytes this rank put on the wire for
 each destination, taken from the tensors it actually sent (the piece a rank keeps
 for itself is not counted: it never leaves the process).
+
+Taught in chapter 07 (section 3, the one collective: all-to-all).
 """
 from __future__ import annotations
 
