@@ -25,7 +25,8 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from ..compat import fix_init_handshake, step_accepts_return_outputs
 from ..hardware import devices
 from ..launcher import launch
-from .executor import MeasuredRun, PipelineRun, ScheduleRunner, alternate, check_runnable, collect
+from .executor import ScheduleRunner
+from .runs import MeasuredRun, PipelineRun, alternate, check_runnable, collect
 from .mlp import MLPConfig, loss_fn
 from .schedules import Schedule
 
