@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from course_utils import data, launch
 from course_utils.ddp import TrainSettings, max_difference
-from course_utils.ddp.compare import VARIANTS, step_times
+from course_utils.ddp.step_timing import VARIANTS, step_times
 from course_utils.models import DLRMConfig
 
 def _alone(model_config: DLRMConfig, logs, per_rank: int, repeats: int) -> dict:

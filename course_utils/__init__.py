@@ -11,6 +11,8 @@ Chapter-specific code lives in submodules (``course_utils.data``,
 ``course_utils.models``, ``course_utils.metrics``, ``course_utils.quiz`` ...).
 The top-level names are imported on first use, so a script that torchrun starts
 as ``python -m course_utils.scripts.<name>`` pays only for what it uses.
+
+Taught in chapter 00 (the top-level names: ``launch``, ``devices``, ``show_source`` ...).
 """
 from __future__ import annotations
 
@@ -49,8 +51,7 @@ _check_torch_version()
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
 _HOME = {
-    "launch": "launcher", "LaunchError": "launch_errors", "LaunchTimeoutError": "launch_errors",
-    "RankFailedError": "launch_errors",
+    "launch": "launcher", "LaunchError": "launcher", "LaunchTimeoutError": "launcher", "RankFailedError": "launcher",
     "devices": "hardware", "gpu_count": "hardware", "gpu_names": "hardware", "pick_backend": "hardware",
     "rank_device": "hardware",
     "environment": "notebook", "show_source": "notebook",

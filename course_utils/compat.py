@@ -11,6 +11,8 @@ Each helper names the torch that lacks something and gives the same result on ev
   aborts the process (SIGABRT). torch 2.13 sends float32. The course's stages send float32.
 * ``step_accepts_return_outputs(schedule)``: ``schedule.step(return_outputs=...)`` is new
   after torch 2.9; there, an unknown keyword would be passed on to the model's forward.
+
+Not taught in a chapter: support code that the taught modules call, so they read the same on every torch.
 """
 from __future__ import annotations
 

@@ -14,6 +14,8 @@ the weights out and collects the gradients back, a parameter server in all but
 name. ``DataParallelByHand`` wraps the steps as an ``nn.Module``. On CPU stand-ins
 (``devices(2)`` without GPUs) every step runs for real, so the numbers can be
 checked against single-device training; only the speed of separate GPUs is missing.
+
+Taught in chapter 03.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from torch import nn
 
 from .timing import Stopwatch, synchronize
 
-__all__ = ["scatter", "replicate", "parallel_apply", "gather", "DataParallelByHand", "chunk_sizes"]
+__all__ = ["scatter", "Broadcast", "replicate", "parallel_apply", "gather", "DataParallelByHand", "chunk_sizes"]
 
 
 def chunk_sizes(batch_size: int, n_devices: int) -> list[int]:
@@ -58,7 +60,7 @@ def scatter(tensors: Sequence[torch.Tensor], devices: Sequence[torch.device]) ->
             for i in range(len(per_tensor[0]))]
 
 
-class _Broadcast(torch.autograd.Function):
+class Broadcast(torch.autograd.Function):
     """Forward: copy tensors to every device. Backward: *reduce-add* their gradients onto the source.
 
     The backward is DataParallel's "gradients go back to device 0" step: the
@@ -99,13 +101,13 @@ def _shallow_copy(module: nn.Module) -> nn.Module:
 def replicate(module: nn.Module, devices: Sequence[torch.device], timings: dict | None = None) -> list[nn.Module]:
     """One replica of ``module`` per device, holding copies of its *current* parameters.
 
-    The copies stay connected to the originals through autograd (``_Broadcast``),
+    The copies stay connected to the originals through autograd (``Broadcast``),
     so ``backward`` on anything computed by the replicas sums their gradients into
     the original parameters' ``.grad``. Buffers are copied without gradients.
     """
     names = [name for name, _ in module.named_parameters()]
     params = [p for _, p in module.named_parameters()]
-    copies = _Broadcast.apply(devices, timings, *params) if params else ()
+    copies = Broadcast.apply(devices, timings, *params) if params else ()
     replicas = []
     for r, device in enumerate(devices):
         new = {m: _shallow_copy(m) for m in module.modules()}

@@ -3,6 +3,8 @@
 The course never writes ``cuda:0``: code asks ``devices(n)`` for n devices and
 gets distinct GPUs when the machine has enough, else CPU stand-ins. The same
 rule picks the backend: NCCL needs one GPU per rank, gloo runs anywhere.
+
+Taught in chapter 00 (section 2, devices: real GPUs or CPU stand-ins) and chapter 02 (backends).
 """
 from __future__ import annotations
 

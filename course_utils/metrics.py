@@ -3,6 +3,8 @@
 All functions take numpy arrays or torch tensors of shape ``[N]``:
 ``labels`` are 0/1 (clicked or not), ``scores`` any real numbers whose order
 matters (logits or probabilities), ``probs`` probabilities in [0, 1].
+
+Taught in chapter 01.
 """
 from __future__ import annotations
 

@@ -7,27 +7,20 @@ part's device, the ``.cuda(n)`` / ``.to(device)`` idiom::
     part0.to(dev0); part1.to(dev1)
     y = part1(part0(x.to(dev0)).to(dev1))     # autograd moves gradients back
 
-Each device holds only its part's weights, but only one device works at a time.
+Each device holds only its part's weights, but only one device works at a time
+(``course_utils.pipeline.vertical.timed_training_step`` measures it). Embedding
+tables are placed the same way, whole tables on different devices
+(``place_embedding_tables``, ``lookup_placed``). Splitting one layer across ranks
+instead is tensor parallelism: ``course_utils.tensor_parallel``.
 
-Intra-operation ("tensor") parallelism splits one ``nn.Linear`` across ranks,
-so every rank works on every layer and a collective joins the pieces:
-
-    column-parallel  W [out, in] split by rows of W (output features): rank r
-                     computes y[:, r-th slice]; all_gather joins the columns
-    row-parallel     W split by columns of W (input features): rank r multiplies
-                     its slice of x; all_reduce sums the partial outputs
+Taught in chapter 05.
 """
 from __future__ import annotations
 
-import time
-import warnings
 from typing import Sequence
 
 import torch
-import torch.distributed as dist
 from torch import nn
-
-from .timing import synchronize
 
 
 def partition_sequential(model: nn.Sequential, parts: int | Sequence[int]) -> list[nn.Sequential]:
@@ -97,50 +90,6 @@ class VerticalSplit(nn.Module):
         return pd.DataFrame(rows).set_index("part")
 
 
-def timed_training_step(split: VerticalSplit, x: torch.Tensor, y: torch.Tensor, loss_fn=nn.MSELoss()):
-    """Run one forward + backward of ``split`` and measure when each part worked.
-
-    Returns a pipeline ``Timeline`` (ms) with F(k,0) and B(k,0) per part k on row k:
-    hooks stamp each part's forward start/end and the moment autograd reaches
-    each part's output gradient (the start of B(k,0)); B(k,0) ends where B(k-1,0)
-    starts, and B(0,0) when ``backward`` returns. Gradients are left in ``.grad``.
-    Every stamp first synchronises all the split's devices (a GPU works on after a
-    call returns), so each piece of work is charged to the part that did it.
-    """
-    from .pipeline.schedules import Action
-    from .pipeline.timeline import Event, Timeline
-
-    marks: dict = {}
-
-    def stamp(key):
-        def hook(*_):
-            synchronize(*split.devices)
-            marks[key] = time.perf_counter()
-        return hook
-
-    hooks = []
-    for k, part in enumerate(split.parts):
-        hooks += [part.register_forward_pre_hook(stamp(("F0", k))), part.register_forward_hook(stamp(("F1", k))),
-                  part.register_full_backward_pre_hook(stamp(("B0", k)))]
-    try:
-        with warnings.catch_warnings():   # part 0's input needs no gradient: its pre-hook still fires
-            warnings.filterwarnings("ignore", message="Full backward hook is firing")
-            synchronize(*split.devices)
-            t0 = time.perf_counter()
-            loss = loss_fn(split(x), y.to(split.devices[-1]))
-            loss.backward()
-            stamp(("B0", -1))()
-    finally:
-        for h in hooks:
-            h.remove()
-    events = []
-    for k in range(len(split.parts)):
-        ms = lambda key: (marks[key] - t0) * 1e3   # noqa: E731
-        events.append(Event(k, Action("F", k, 0), ms(("F0", k)), ms(("F1", k))))
-        events.append(Event(k, Action("B", k, 0), ms(("B0", k)), ms(("B0", k - 1))))
-    return Timeline(tuple(events), len(split.parts), name="vertical model parallel, 1 step", unit="ms")
-
-
 # --- embedding tables on different devices --------------------------------------------------
 
 def place_embedding_tables(model, devices: Sequence[torch.device], balance: bool = True) -> list[int]:
@@ -169,93 +118,3 @@ def lookup_placed(model, sparse: torch.Tensor, output_device: torch.device) -> t
         ids = sparse[:, t:t + 1].to(bag.weight.device)
         out.append(bag(ids).to(output_device))
     return torch.stack(out, dim=1)
-
-
-# --- tensor (intra-operation) parallelism across ranks --------------------------------------
-
-def _shard(t: torch.Tensor, dim: int) -> torch.Tensor:
-    """This rank's equal slice of ``t`` along ``dim``."""
-    world = dist.get_world_size()
-    if t.shape[dim] % world:
-        raise ValueError(f"dimension {dim} of size {t.shape[dim]} cannot be split evenly across {world} ranks")
-    return t.chunk(world, dim)[dist.get_rank()]
-
-
-class _CopyToRanks(torch.autograd.Function):
-    """Forward: x is already on every rank (identity). Backward: each rank holds only part
-    of dL/dx, so all_reduce sums them (column-parallel's input needs this)."""
-    @staticmethod
-    def forward(ctx, x):
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.contiguous()
-        dist.all_reduce(grad)
-        return grad
-
-
-class _SumOverRanks(torch.autograd.Function):
-    """Forward: all_reduce sums the partial outputs. Backward: every rank gets the full gradient."""
-    @staticmethod
-    def forward(ctx, partial):
-        total = partial.clone()
-        dist.all_reduce(total)
-        return total
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
-
-
-class _GatherColumns(torch.autograd.Function):
-    """Forward: all_gather the ranks' [B, out/w] slices into [B, out]. Backward: keep own slice."""
-    @staticmethod
-    def forward(ctx, part):
-        pieces = [torch.empty_like(part) for _ in range(dist.get_world_size())]
-        dist.all_gather(pieces, part.contiguous())
-        return torch.cat(pieces, dim=-1)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _shard(grad, -1).contiguous()
-
-
-class ColumnParallelLinear(nn.Module):
-    """This rank's share of ``linear``: output features r*out/w .. (r+1)*out/w.
-
-    weight [out/w, in], bias [out/w]. forward: x [B, in] (the same on all ranks)
-    -> [B, out] after all_gather (``gather_output=True``) or this rank's
-    [B, out/w] (to feed a RowParallelLinear). Backward all_reduces dL/dx.
-    """
-
-    def __init__(self, linear: nn.Linear, gather_output: bool = True):
-        super().__init__()
-        self.weight = nn.Parameter(_shard(linear.weight.detach(), 0).clone())
-        self.bias = nn.Parameter(_shard(linear.bias.detach(), 0).clone()) if linear.bias is not None else None
-        self.gather_output = gather_output
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = nn.functional.linear(_CopyToRanks.apply(x), self.weight, self.bias)
-        return _GatherColumns.apply(y) if self.gather_output else y
-
-
-class RowParallelLinear(nn.Module):
-    """This rank's share of ``linear``: input features r*in/w .. (r+1)*in/w.
-
-    weight [out, in/w]; the bias is added once, after the sum. forward: x [B, in]
-    (sliced here) or this rank's [B, in/w] (``input_is_sharded=True``) ->
-    all_reduce of the partial products -> [B, out] on every rank.
-    """
-
-    def __init__(self, linear: nn.Linear, input_is_sharded: bool = False):
-        super().__init__()
-        self.weight = nn.Parameter(_shard(linear.weight.detach(), 1).clone())
-        self.bias = nn.Parameter(linear.bias.detach().clone()) if linear.bias is not None else None
-        self.input_is_sharded = input_is_sharded
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.input_is_sharded:
-            x = _shard(_CopyToRanks.apply(x), -1)
-        y = _SumOverRanks.apply(nn.functional.linear(x, self.weight))
-        return y + self.bias if self.bias is not None else y

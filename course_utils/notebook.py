@@ -1,4 +1,7 @@
-"""Small helpers for the notebooks: where we run, and showing the package's code."""
+"""Small helpers for the notebooks: where we run, and showing the package's code.
+
+Taught in chapter 00 (``environment``, ``show_source``).
+"""
 from __future__ import annotations
 
 import inspect

@@ -17,6 +17,8 @@ would break that. So ``Progress`` works like this:
         for batch in batches:
             loss = train_step(model, opt, batch)
             bar.update(loss=loss)
+
+Not taught in a chapter: support code (the training loops' progress line).
 """
 from __future__ import annotations
 

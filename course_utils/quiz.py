@@ -14,6 +14,8 @@ In a notebook::
 The folder can be moved with ``COURSE_QUIZ_DIR`` or ``quiz_dir=``. ``load`` parses
 and cross-checks both files; every problem raises ``ValueError`` naming the file
 and question.
+
+Not taught in a chapter: every chapter ends with its quiz, ``quiz.ask(NN)``.
 """
 from __future__ import annotations
 

@@ -5,6 +5,8 @@
 
 Uses the same kernel (``python3``) and working directory (the notebook's own
 folder) that ``pytest --nbval`` uses, so what is stored is what the tests see.
+
+Not taught in a chapter: authors' tooling (CONTRIBUTING.md, notebook rule 7).
 """
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from course_utils import checkpoint, data, hybrid, launch
 from course_utils.data import Batch
+from course_utils.ddp import settle_ddp_buckets
 from course_utils.models import DLRM, DLRMConfig
 from course_utils.train import make_optimizer, train_step
 
@@ -36,7 +37,7 @@ def _ddp_run(path, stop_after, resume):
     sampler = checkpoint.ResumableSampler(dataset, shuffle=True, seed=0, drop_last=True)
     loader = DataLoader(dataset, batch_size=256, sampler=sampler, drop_last=True)
     model = DDP(DLRM(CARDS, seed=0))
-    checkpoint.settle_ddp_buckets(model, torch.zeros(1, 13), torch.zeros(1, len(CARDS), dtype=torch.long))
+    settle_ddp_buckets(model, torch.zeros(1, 13), torch.zeros(1, len(CARDS), dtype=torch.long))
     opt = make_optimizer(model, "adam", 1e-2)
     step = 0
     if resume:

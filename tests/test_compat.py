@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 from course_utils import compat, launch
-from course_utils._launch_io import engine_line, show_rank_output
+from course_utils.launcher.output import engine_line, show_rank_output
 
 
 def _pieces(rank, world, dtype, uneven=False):

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from course_utils import hardware, launch, nvml
-from course_utils._rank_entry import ResultNotSent, result_bytes
+from course_utils.launcher.rank_entry import ResultNotSent, result_bytes
 
 import pytest
 
@@ -45,7 +45,8 @@ _GPU_MACHINE = """
 
 def test_gpu_discovery_never_initialises_cuda():
     out = _run_fresh(_GPU_MACHINE + """
-    from course_utils import hardware, launcher
+    from course_utils import hardware
+    from course_utils.launcher import api as launcher
     print(hardware.gpu_count(), hardware.gpu_names())
     print(hardware.devices(2, quiet=True), hardware.pick_backend(2), hardware.pick_backend(3))
     print(launcher._start_method("auto"), torch.cuda.is_initialized())
@@ -63,7 +64,8 @@ def test_after_cuda_is_initialised_launch_spawns_and_runs_a_cell_function():
     import torch
     import torch.distributed as dist
     torch.cuda.is_initialized = lambda: True      # as after any CUDA work in the notebook
-    from course_utils import launch, launcher
+    from course_utils import launch
+    from course_utils.launcher import api as launcher
     print(launcher._start_method("auto"))
 
     factor = 3                                    # a global of the "cell", sent by value

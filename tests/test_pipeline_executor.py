@@ -8,7 +8,8 @@ from test_collectives import only_batched_p2p
 from course_utils import launch
 from course_utils.pipeline import (MLPConfig, Op, gpipe, interleaved_1f1b, lower, one_f_one_b, reference_step,
                                    run_schedule, run_schedules, zero_bubble_h1)
-from course_utils.pipeline.executor import StageWorker, batches, collect, pipeline_rank
+from course_utils.pipeline.executor import StageWorker, batches
+from course_utils.pipeline.runs import collect, pipeline_rank
 from course_utils.pipeline.torch_pipelining import compare_with_torch, run_torch_pipeline
 
 CONFIG = MLPConfig(width=32, layers=4, batch=24, seed=3)

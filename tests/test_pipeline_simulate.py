@@ -10,7 +10,8 @@ from course_utils.pipeline import (Action, Costs, Event, Timeline, chrome_trace,
                                    measured_costs,
                                    gpipe_bubble_fraction, interleaved_1f1b, interleaved_bubble_ratio, one_f_one_b,
                                    simulate, zb_h1_bubble_time, zero_bubble_h1)
-from course_utils.pipeline.plot import plot_bubble_sweep, plot_timeline, plot_timelines
+from course_utils.pipeline.plot import plot_timeline, plot_timelines
+from course_utils.pipeline.simulate import plot_bubble_sweep
 
 TOL = 1e-12   # unit costs are exact in binary floating point; the tolerance only absorbs summation order
 PM = [(p, m) for p in range(1, 7) for m in range(p, 17)]

@@ -4,6 +4,8 @@
 - ``ring``: ``ring_all_reduce`` from point-to-point messages, and its schedule;
 - ``demos``: every collective on a few ranks, before and after, as text and a figure;
 - ``bandwidth``: algorithm and bus bandwidth, timing all-reduces, the alpha-beta model.
+
+Taught in chapter 02.
 """
 from . import bandwidth, demos
 from .groups import GroupInitError, free_port, init_group

@@ -17,6 +17,8 @@ latency ``alpha`` plus ``n / w`` bytes at ``beta`` seconds per byte::
 
 Small messages pay mostly ``alpha`` (latency-bound), large ones mostly
 ``beta`` (bandwidth-bound); the bus bandwidth tends to ``1 / beta``.
+
+Taught in chapter 02 (section 5, bandwidth against message size).
 """
 from __future__ import annotations
 

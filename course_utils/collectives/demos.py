@@ -7,6 +7,8 @@ its position: after ``all_to_all`` rank 1 holds ``[1, 11, 21, 31]``. Each
 ``(before, after)`` as lists; ``run_all`` runs them all; ``picture`` prints a
 result as text and ``plot`` draws all of them, colouring each number by the rank
 it came from (grey: a sum of several ranks).
+
+Taught in chapter 02 (section 3, every collective, before and after).
 """
 from __future__ import annotations
 

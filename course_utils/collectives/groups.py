@@ -6,6 +6,8 @@ this process's rank and the world size. When something is missing it fails
 with messages like "Wait timeout" or "code: -98, name: EADDRINUSE". ``init_group``
 calls it the same way and re-raises those failures as ``GroupInitError``, whose
 message says what went wrong and how to fix it.
+
+Taught in chapter 02 (section 1, the life cycle of a process group; section 9, errors).
 """
 from __future__ import annotations
 

@@ -20,6 +20,8 @@ Every send is posted together with the receive it pairs with, as one
 by one can wait for each other forever: with 2 ranks the right and the left
 neighbour are the same process, and both directions share one NCCL stream. A
 batch starts its send and its receive as one operation. Gloo just posts them.
+
+Taught in chapter 02 (section 4, all-reduce by hand: the ring).
 """
 from __future__ import annotations
 
@@ -86,7 +88,7 @@ def _exchange(outgoing, incoming, right, left, group, tag) -> list:
     return dist.batch_isend_irecv(ops) if ops else []
 
 
-def _send_and_add(outgoing, incoming, scratch, right, left, group, first_tag) -> None:
+def send_and_add(outgoing, incoming, scratch, right, left, group, first_tag) -> None:
     """One reduce-scatter step: send ``outgoing`` right while adding what comes from the left into ``incoming``.
 
     Both arrive as lists of segments (1-D views of at most ``segment`` elements;
@@ -150,7 +152,7 @@ def ring_all_reduce(tensor: torch.Tensor, group=None, segment_bytes: int = 1 << 
 
     for phase, step, send_i, recv_i in ring_schedule(r, w):
         if phase == "reduce-scatter":
-            _send_and_add(_pieces(chunks[send_i], segment), _pieces(chunks[recv_i], segment), scratch,
+            send_and_add(_pieces(chunks[send_i], segment), _pieces(chunks[recv_i], segment), scratch,
                           right, left, group, first_tag=step * tags_per_step)
         else:
             _send_and_copy(chunks[send_i], chunks[recv_i], right, left, group,

@@ -2,16 +2,20 @@
 
 * ``naive``: ``NaiveDDP``, all-reduce every gradient after backward.
 * ``bucketed``: ``BucketedDDP``, buckets all-reduced asynchronously from gradient
-  hooks while backward runs, and ``no_sync`` for gradient accumulation.
+  hooks while backward runs, and ``no_sync`` for gradient accumulation; and
+  ``settle_ddp_buckets`` for torch's DDP (its buckets rebuilt before the first step).
 * ``train``: ``ddp_worker`` (one rank; naive, bucketed or torch DDP) and
   ``train_single`` (one process on the global batch), same data and seeds.
+* ``step_timing``: step times of the variants, run side by side (what buckets save).
 * ``compare``: single process vs DataParallel vs DDP on the same model and data.
+
+Taught in chapter 04 (chapter 03's threads against processes: ``course_utils.gil``).
 """
-from .bucketed import Bucket, BucketedDDP, make_buckets
+from .bucketed import Bucket, BucketedDDP, make_buckets, settle_ddp_buckets
 from .naive import NaiveDDP, broadcast_parameters
 from .train import (KINDS, TrainSettings, ddp_worker, finish_gradient_sync, global_batches, max_difference,
                     rank_batches, sampler_indices, train_single, wrap)
 
-__all__ = ["NaiveDDP", "BucketedDDP", "Bucket", "make_buckets", "broadcast_parameters", "KINDS", "TrainSettings",
-           "ddp_worker", "train_single", "wrap", "finish_gradient_sync", "sampler_indices", "rank_batches",
-           "global_batches", "max_difference"]
+__all__ = ["NaiveDDP", "BucketedDDP", "Bucket", "make_buckets", "settle_ddp_buckets", "broadcast_parameters",
+           "KINDS", "TrainSettings", "ddp_worker", "train_single", "wrap", "finish_gradient_sync",
+           "sampler_indices", "rank_batches", "global_batches", "max_difference"]

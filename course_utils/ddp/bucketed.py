@@ -25,6 +25,10 @@ same order, or they would add up the wrong tensors, or hang. Few large messages
 also beat many small ones (each all_reduce pays a fixed latency).
 ``torch.nn.parallel.DistributedDataParallel`` does all of this in C++ (its
 ``Reducer``), with the same bucket sizes: 1 MiB for the first, 25 MiB after.
+``settle_ddp_buckets`` gives torch's DDP its rebuilt buckets before the first step,
+so that a resumed run adds gradients in the same order as an uninterrupted one.
+
+Taught in chapter 04 (section 5); ``settle_ddp_buckets`` in chapter 08 (section 3).
 """
 from __future__ import annotations
 
@@ -104,7 +108,7 @@ class BucketedDDP(NaiveDDP):
         self._named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self._build_buckets(order=list(range(len(self._named)))[::-1])   # first guess: reverse order
         self.buckets_rebuilt, self._ready_order = False, []
-        self._hooks = [p.register_post_accumulate_grad_hook(functools.partial(self._on_gradient_ready, index))
+        self._hooks = [p.register_post_accumulate_grad_hook(functools.partial(self.on_gradient_ready, index))
                        for index, (_, p) in enumerate(self._named)]
 
     def _build_buckets(self, order: list[int]) -> None:
@@ -113,7 +117,7 @@ class BucketedDDP(NaiveDDP):
         self._slot = {index_of[id(p)]: (b, i) for b in self.buckets for i, p in enumerate(b.params)}
         self._next_to_launch = 0
 
-    def _on_gradient_ready(self, index: int, param: nn.Parameter) -> None:   # runs inside backward
+    def on_gradient_ready(self, index: int, param: nn.Parameter) -> None:   # runs inside backward
         if not self.require_gradient_sync:
             return                                                          # no_sync: leave .grad local
         if not self.buckets_rebuilt:
@@ -122,9 +126,9 @@ class BucketedDDP(NaiveDDP):
         with torch.no_grad():
             bucket.view(i).copy_(param.grad)
         bucket.ready += 1
-        self._launch_full_buckets()
+        self.launch_full_buckets()
 
-    def _launch_full_buckets(self) -> None:
+    def launch_full_buckets(self) -> None:
         """Start the all_reduce of every full bucket whose predecessors are already started."""
         while self._next_to_launch < len(self.buckets):
             bucket = self.buckets[self._next_to_launch]
@@ -168,3 +172,21 @@ class BucketedDDP(NaiveDDP):
         dist.broadcast(order, src=self.src, group=self.group)
         self._build_buckets(order.tolist())
         self.buckets_rebuilt = True
+
+
+# --- torch's DDP rebuilds its buckets the same way: settle them before the first step ---------
+
+def settle_ddp_buckets(ddp_model, *example_inputs) -> None:
+    """One throwaway forward and backward, so that DDP has fixed its gradient buckets.
+
+    DDP first packs the gradients into buckets in reverse parameter order, then, at the
+    second forward, repacks them in the order the first backward produced them. With
+    more than two ranks the all-reduce adds the ranks' values in an order that depends
+    on a value's position in its bucket, so a freshly built DDP (a resumed run) would add
+    in another order than a long-running one and drift in the last bits. Calling this
+    right after wrapping, in every run, gives every run the same buckets from step 1.
+    The gradients it makes are dropped; nothing else changes.
+    """
+    ddp_model(*example_inputs).sum().backward()
+    for p in ddp_model.parameters():
+        p.grad = None

@@ -12,6 +12,8 @@ The training loop calls ``finish_gradient_sync()`` between ``backward()`` and
 ``optimizer.step()``. Here that call does all the communication, one blocking
 ``all_reduce`` per parameter, while nothing else runs: the simplest correct DDP.
 ``bucketed.py`` changes only *when* the all-reduces run.
+
+Taught in chapter 04 (section 2, DDP by hand, step 1).
 """
 from __future__ import annotations
 

@@ -10,11 +10,15 @@
 Modules: ``schedules`` (actions, the four schedules, validation), ``lowering``
 (receive / compute / send programs, deadlock check), ``timeline`` (the Timeline
 type), ``simulate`` (costs, simulator, formulas), ``plot``, ``trace`` (Chrome /
-Perfetto JSON), ``mlp`` (the model cut into stages), ``executor`` (real
-processes), ``torch_pipelining`` (the same through torch.distributed.pipelining).
+Perfetto JSON), ``mlp`` (the model cut into stages), ``executor`` (one process's
+stages and program, one step at a time), ``runs`` (real processes started, their
+steps measured), ``torch_pipelining`` (the same through torch.distributed.pipelining),
+``vertical`` (chapter 05's vertical split, one step measured as a Timeline).
+
+Taught in chapter 06.
 """
-from .executor import MeasuredRun, PipelineRun, run_schedule, run_schedules
 from .lowering import Op, check_lowered, lower
+from .runs import MeasuredRun, PipelineRun, run_schedule, run_schedules
 from .mlp import MLPConfig, reference_step
 from .schedules import (SCHEDULES, Action, Schedule, gpipe, interleaved_1f1b, one_f_one_b, run_in_order,
                         validate, zero_bubble_h1)

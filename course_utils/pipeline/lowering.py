@@ -14,6 +14,8 @@ Whether that program finishes depends on how a send behaves:
 * blocking (rendezvous): a send also waits until the receiver is at the
   matching receive. Two devices that both send first then wait for each other
   forever; 1F1B does exactly that (``blocking_sends=True`` shows it).
+
+Taught in chapter 06 (section 8, from a schedule to messages).
 """
 from __future__ import annotations
 

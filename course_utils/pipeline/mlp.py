@@ -6,6 +6,8 @@ deterministic data ``x [batch, width]``, ``y [batch, width]``, and the loss,
 mean squared error over the whole batch. With ``m`` equal micro-batches, the
 sum over micro-batches of ``mse(micro-batch) / m`` is that same loss, so a
 pipeline's gradients must equal the unpipelined model's.
+
+Taught in chapter 06 (section 9, on real processes).
 """
 from __future__ import annotations
 

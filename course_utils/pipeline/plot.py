@@ -1,10 +1,12 @@
-"""Pictures of timelines: Gantt charts, live activations, bubble sweeps.
+"""Pictures of timelines: Gantt charts and live activations.
 
 One colour per kind of action (F blue, B orange, W green; an interleaved
 device's later stages in lighter shades), ``F(n,m)`` written in a bar where it
 fits (else just m), idle time shaded grey with each device's idle share at the
 right, and under the chart the number of micro-batch activations each device
-holds over time.
+holds over time. (The bubble-fraction sweep is ``simulate.plot_bubble_sweep``.)
+
+Taught in chapter 06.
 """
 from __future__ import annotations
 
@@ -12,9 +14,6 @@ import matplotlib.pyplot as plt
 from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
-
-from .schedules import SCHEDULES
-from .simulate import Costs, expected_bubble_fraction, simulate
 
 COLORS = {"F": "#4C72B0", "B": "#DD8452", "W": "#55A868"}
 LEGEND = {"F": "F forward", "B": "B backward", "W": "W weight grad"}
@@ -108,28 +107,4 @@ def plot_timelines(timelines, activations: bool = False, labels: bool = True):
         draw_gantt(t, next(axes), xmax=xmax, labels=labels)
         if activations:
             draw_activations(t, next(axes), xmax=xmax)
-    return fig
-
-
-def plot_bubble_sweep(p: int, ms, v: int = 2, costs: Costs = Costs()):
-    """Bubble fraction against the number of micro-batches m, for each schedule: simulated
-    (markers) and the formula (line). ``ms`` must be multiples of p (interleaved needs it)."""
-    fig, ax = plt.subplots(figsize=(6.5, 3.4), dpi=DPI, layout="constrained")
-    for (key, make), marker in zip(SCHEDULES.items(), "osD^"):
-        simulated, formula = [], []
-        for m in ms:
-            schedule = make(p, m, v) if key == "interleaved_1f1b" else make(p, m)
-            c = costs.per_chunk(schedule.v)
-            simulated.append(simulate(schedule, c).bubble_fraction)
-            formula.append(expected_bubble_fraction(schedule, c))
-        line, = ax.plot(ms, formula, lw=1.2, alpha=0.8, ls="--" if key == "gpipe" else "-")
-        ax.plot(ms, simulated, marker, color=line.get_color(), ms=5, mfc="none",
-                label=f"{schedule.name}" + (f" (v={v})" if key == "interleaved_1f1b" else ""))
-    ax.set_xlabel("micro-batches m", fontsize=9)
-    ax.set_ylabel("bubble fraction", fontsize=9)
-    ax.set_title(f"p = {p} devices, F={costs.F:g} B={costs.B:g} W={costs.W:g}: simulated (markers), "
-                 "formula (lines)", fontsize=9)
-    ax.tick_params(labelsize=8)
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, frameon=False)
     return fig

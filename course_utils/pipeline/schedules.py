@@ -17,6 +17,8 @@ ordered list of actions; stage ``n`` lives on device ``n % p``.
 device that holds its stage, and that the per-device orders respect the
 dependencies (F(n,m) after F(n-1,m); B(n,m) after F(n,m) and B(n+1,m); W(n,m)
 after B(n,m)) without any device waiting forever.
+
+Taught in chapter 06 (sections 2 to 6, the schedules).
 """
 from __future__ import annotations
 
@@ -91,7 +93,7 @@ def gpipe(p: int, m: int) -> Schedule:
     return Schedule("GPipe", p, m, 1, devices)
 
 
-def _one_f_one_b_order(p: int, m: int, d: int) -> list[tuple[str, int]]:
+def one_f_one_b_order(p: int, m: int, d: int) -> list[tuple[str, int]]:
     """Device d's 1F1B order as (kind, micro-batch): p-1-d warm-up forwards, then
     F(w+i), B(i) pairs, then the remaining backwards (cool-down)."""
     warmup = p - 1 - d
@@ -110,7 +112,7 @@ def one_f_one_b(p: int, m: int) -> Schedule:
     _check_whole("p", p)
     _check_whole("m", m)
     _check_enough_microbatches("one_f_one_b", p, m)
-    devices = tuple(tuple(Action(kind, d, j) for kind, j in _one_f_one_b_order(p, m, d)) for d in range(p))
+    devices = tuple(tuple(Action(kind, d, j) for kind, j in one_f_one_b_order(p, m, d)) for d in range(p))
     return Schedule("1F1B", p, m, 1, devices)
 
 
@@ -162,7 +164,7 @@ def zero_bubble_h1(p: int, m: int) -> Schedule:
     devices = []
     for d in range(p):
         order, next_w, backwards = [], 0, 0
-        for kind, j in _one_f_one_b_order(p, m, d):
+        for kind, j in one_f_one_b_order(p, m, d):
             order.append(Action(kind, d, j))
             if kind == "B":
                 backwards += 1

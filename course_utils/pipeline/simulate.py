@@ -11,6 +11,10 @@ The textbook formulas the simulation reproduces (uniform stages, no comm):
     interleaved 1F1B    bubble ratio   (p-1)/(v m)          of the ideal (busy) time
     ZB-H1               bubble time per device (p-1)(F+B-W) instead of (p-1)(F+B+W)
                         (when W <= F and W <= B)
+
+``plot_bubble_sweep`` draws the simulated bubble against the formula, for every schedule.
+
+Taught in chapter 06.
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-from .schedules import Schedule, dependencies, execution_order, validate
+from .schedules import SCHEDULES, Schedule, dependencies, execution_order, validate
 from .timeline import Event, Timeline
 
 
@@ -106,3 +110,31 @@ def expected_bubble_fraction(schedule: Schedule, costs: Costs = Costs()) -> floa
         idle = zb_h1_bubble_time(p, costs)
         return idle / (idle + m * (costs.F + costs.B + costs.W))
     raise ValueError(f"no formula for a schedule named {schedule.name!r}")
+
+
+def plot_bubble_sweep(p: int, ms, v: int = 2, costs: Costs = Costs()):
+    """Bubble fraction against the number of micro-batches m, for each schedule: simulated
+    (markers) and the formula (line). ``ms`` must be multiples of p (interleaved needs it)."""
+    import matplotlib.pyplot as plt
+
+    from .plot import DPI
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.4), dpi=DPI, layout="constrained")
+    for (key, make), marker in zip(SCHEDULES.items(), "osD^"):
+        simulated, formula = [], []
+        for m in ms:
+            schedule = make(p, m, v) if key == "interleaved_1f1b" else make(p, m)
+            c = costs.per_chunk(schedule.v)
+            simulated.append(simulate(schedule, c).bubble_fraction)
+            formula.append(expected_bubble_fraction(schedule, c))
+        line, = ax.plot(ms, formula, lw=1.2, alpha=0.8, ls="--" if key == "gpipe" else "-")
+        ax.plot(ms, simulated, marker, color=line.get_color(), ms=5, mfc="none",
+                label=f"{schedule.name}" + (f" (v={v})" if key == "interleaved_1f1b" else ""))
+    ax.set_xlabel("micro-batches m", fontsize=9)
+    ax.set_ylabel("bubble fraction", fontsize=9)
+    ax.set_title(f"p = {p} devices, F={costs.F:g} B={costs.B:g} W={costs.W:g}: simulated (markers), "
+                 "formula (lines)", fontsize=9)
+    ax.tick_params(labelsize=8)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, frameon=False)
+    return fig

@@ -12,6 +12,8 @@ same numbers and the same plot describe a prediction and a measurement.
     live_activations  per device, how many micro-batches' activations are held
                       over time: +1 when F(n,m) starts, -1 when the last
                       backward of (n,m) ends (B, or W where B is split)
+
+Taught in chapter 06 (chapter 05 measures one step as a Timeline).
 """
 from __future__ import annotations
 

@@ -11,6 +11,8 @@ unpipelined model's, and the hand-written executor's.
 ``compare_with_torch(schedule)`` runs our executor and torch's matching
 schedule in the same processes, a step of each in turn, so that both see the
 same machine.
+
+Taught in chapter 06 (section 10, the same with ``torch.distributed.pipelining``).
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from ..compat import fix_init_handshake, step_accepts_return_outputs
 from ..hardware import devices
 from ..launcher import launch
-from .executor import MeasuredRun, PipelineRun, ScheduleRunner, alternate, check_runnable, collect
+from .executor import ScheduleRunner
+from .runs import MeasuredRun, PipelineRun, alternate, check_runnable, collect
 from .mlp import MLPConfig, loss_fn
 from .schedules import Schedule
 

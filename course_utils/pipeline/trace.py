@@ -4,6 +4,8 @@ The trace event format is a JSON object whose ``traceEvents`` are, here, one
 "complete" event (``"ph": "X"``) per action: ``name`` F(n,m), ``ts`` start and
 ``dur`` duration in microseconds, ``tid`` the device (one track per device),
 plus metadata events naming the process and the tracks.
+
+Taught in chapter 06 (section 9, export to Perfetto).
 """
 from __future__ import annotations
 

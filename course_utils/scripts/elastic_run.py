@@ -6,6 +6,8 @@ its own GPUs, or gloo, see ``runner.node_environments``), with a timeout; if a
 launcher fails or outlives it, every launcher is killed with its whole process group
 (the runner of chapter 02 does the process handling). ``timeline`` turns the ranks'
 event logs into a deterministic account, attempt by attempt; ``plot_timeline`` draws it.
+
+Taught in chapter 08 (section 4, elastic restarts with ``torchrun``; section 5, two nodes).
 """
 from __future__ import annotations
 

@@ -12,6 +12,8 @@ again (``--max-restarts``). A rank counts its attempts in its own event log:
 torchrun's ``TORCHELASTIC_RESTART_COUNT`` counts the failures *one node's* agent saw, so
 on several nodes a node whose ranks did not fail may still say 0 after a restart. Each rank appends what it does to
 ``DIR/events-rank<R>.jsonl``; rank 0 writes the final weights to ``DIR/final.pt``.
+
+Taught in chapter 08 (sections 1 and 2, what a checkpoint must hold; kill, resume, compare).
 """
 from __future__ import annotations
 
@@ -63,6 +65,7 @@ def train(args: argparse.Namespace) -> dict:
 
     from course_utils import checkpoint, data
     from course_utils.data import Batch
+    from course_utils.ddp.bucketed import settle_ddp_buckets
     from course_utils.hardware import rank_device
     from course_utils.models import DLRM
     from course_utils.train import make_optimizer, train_step
@@ -76,8 +79,8 @@ def train(args: argparse.Namespace) -> dict:
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
     model = DDP(DLRM(logs.cardinalities, seed=args.seed).to(device),
                 device_ids=[device.index] if device.type == "cuda" else None)
-    checkpoint.settle_ddp_buckets(model, torch.zeros(1, logs.n_dense, device=device),
-                                  torch.zeros(1, logs.n_sparse, dtype=torch.long, device=device))
+    settle_ddp_buckets(model, torch.zeros(1, logs.n_dense, device=device),
+                       torch.zeros(1, logs.n_sparse, dtype=torch.long, device=device))
     optimizer = make_optimizer(model, "adam", args.lr)
     path = args.out / "checkpoint.pt"
     state = checkpoint.load_on_every_rank(path, map_location=device)

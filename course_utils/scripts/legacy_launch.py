@@ -6,6 +6,8 @@ The old launcher passes ``--local-rank=N`` on each rank's command line (unless
 ``--use-env``); torchrun passes nothing and sets ``LOCAL_RANK`` instead. This
 script accepts both spellings of the argument and records what it received
 in ``DIR/rank<R>.json``, next to the ``LOCAL_RANK`` variable.
+
+Taught in chapter 02 (section 6, launchers: the deprecated ``torch.distributed.launch``).
 """
 from __future__ import annotations
 

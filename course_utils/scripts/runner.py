@@ -7,6 +7,8 @@ returns the reports in global-rank order. ``spawn_and_wait`` is
 ``torch.multiprocessing.spawn`` with a timeout. Whatever happens, nothing is
 left running: a launcher that fails or outlives ``timeout`` is killed with its
 whole process group, and its partners with it.
+
+Taught in chapter 02 (section 6, launchers); chapters 04 and 08 run their scripts with it.
 """
 from __future__ import annotations
 
@@ -25,8 +27,8 @@ from pathlib import Path
 import torch.multiprocessing as mp
 
 from .. import hardware
-from .._launch_io import engine_line
 from ..collectives.groups import free_port
+from ..launcher.output import engine_line
 
 # The `torchrun` command is this module's console script; running it through the
 # current interpreter works even where the venv's bin/ folder is not on PATH.

@@ -9,6 +9,8 @@ set, and fails if any copy fails) and runs the script with ``bash``, with a time
 through the chapter 02 runner (the whole process group is killed on failure). As SLURM
 gives each node its own GPUs, the ``srun`` stand-in gives each "node" its own slice of
 this machine's, or gloo where there are too few (``runner.node_environments``).
+
+Taught in chapter 08 (section 6, a SLURM batch script).
 """
 from __future__ import annotations
 

@@ -13,6 +13,8 @@ refuses on CPU is reported with TorchRec's message.
 A combination that installs beside torch 2.13.0 (each with ``pip install --no-deps``):
 torchrec 1.8.0, fbgemm-gpu-cpu 1.8.0, tensordict, torchmetrics, lightning-utilities,
 pyre-extensions, typing-inspect, mypy-extensions, tqdm, pyvers, orjson, cloudpickle.
+
+Taught in chapter 07 (section 10, TorchRec's sharding types).
 """
 from __future__ import annotations
 

@@ -16,6 +16,8 @@ on rank 0, AUC and log loss on held-out rows.
 Data: ``--parquet FILE`` (each rank reads only its own row groups; their count
 must be a multiple of the world size, see ``python -m course_utils.data
 repartition``), or synthetic click logs generated identically on every rank.
+
+Taught in chapter 04 (section 9, the same training under ``torchrun``).
 """
 from __future__ import annotations
 

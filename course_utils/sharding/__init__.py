@@ -6,33 +6,28 @@
     pooled = lookup(ids)                                      # [B, T] -> [B, T, D], as unsharded
 
 Modules: ``plan`` (who owns what), ``alltoall`` (``exchange``: the metered, differentiable
-all-to-all), ``table_wise`` / ``row_wise`` / ``column_wise`` (the lookups),
+all-to-all), ``table_wise`` / ``row_wise`` / ``column_wise`` (the lookups), ``lookups``
+(``shard_embeddings``: the lookup for a plan),
 ``volume`` (bytes per step: formula and measurement), ``budget`` (a memory budget
 per rank, enforced), ``draw`` (the all-to-all pattern as a picture), ``timing``
 (step times of a lookup).
+
+Taught in chapter 07.
 """
+from .alltoall import Traffic, exchange, rank_device
 from .base import ShardedEmbeddingBags, full_tables, lookup_unsharded
 from .budget import BudgetExceededError, MemoryBudget
 from .column_wise import ColumnWiseEmbeddingBags
 from .draw import draw_pattern
-from .alltoall import Traffic, exchange, rank_device
+from .lookups import LOOKUPS, shard_embeddings
 from .plan import KINDS, Shard, ShardingPlan, make_plan, plan_column_wise, plan_row_wise, plan_table_wise
 from .row_wise import RowWiseEmbeddingBags, route
 from .table_wise import TableWiseEmbeddingBags
 from .timing import time_lookup_steps
 from .volume import formula, measured, routed_ids
 
-LOOKUPS = {"table_wise": TableWiseEmbeddingBags, "row_wise": RowWiseEmbeddingBags,
-           "column_wise": ColumnWiseEmbeddingBags}
-
-
-def shard_embeddings(plan: ShardingPlan, weights=None, **options) -> ShardedEmbeddingBags:
-    """The sharded lookup for ``plan.kind``, holding this rank's shards (see ShardedEmbeddingBags)."""
-    return LOOKUPS[plan.kind](plan, weights, **options)
-
-
 __all__ = ["KINDS", "Shard", "ShardingPlan", "make_plan", "plan_table_wise", "plan_row_wise",
            "plan_column_wise", "ShardedEmbeddingBags", "TableWiseEmbeddingBags", "RowWiseEmbeddingBags",
-           "ColumnWiseEmbeddingBags", "shard_embeddings", "lookup_unsharded", "full_tables", "route",
+           "ColumnWiseEmbeddingBags", "LOOKUPS", "shard_embeddings", "lookup_unsharded", "full_tables", "route",
            "Traffic", "exchange", "rank_device", "formula", "measured", "routed_ids", "MemoryBudget",
            "BudgetExceededError", "draw_pattern", "time_lookup_steps"]

@@ -9,6 +9,8 @@ back to rank ``s``.
 Every call records, in a :class:`Traffic`, the bytes this rank put on the wire for
 each destination, taken from the tensors it actually sent (the piece a rank keeps
 for itself is not counted: it never leaves the process).
+
+Taught in chapter 07 (section 3, the one collective: all-to-all).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import torch.distributed as dist
 
 from ..hardware import rank_device
 
-__all__ = ["Traffic", "exchange", "rank_device"]
+__all__ = ["Traffic", "AllToAll", "exchange", "rank_device"]
 
 PHASES = ("counts", "ids", "embeddings", "gradients")
 
@@ -55,7 +57,7 @@ def _all_to_all_flat(flat: torch.Tensor, send: list[int], recv: list[int], group
     return out
 
 
-class _AllToAll(torch.autograd.Function):
+class AllToAll(torch.autograd.Function):
     """all_to_all_single whose backward sends each gradient piece back where it came from."""
 
     @staticmethod
@@ -92,7 +94,7 @@ def exchange(pieces: Sequence[torch.Tensor], shapes: Sequence[tuple], phase: str
     if traffic is not None:
         traffic.record(phase, [n * flat.element_size() for n in send])
     if flat.requires_grad:
-        out = _AllToAll.apply(flat, send, recv, group, traffic)
+        out = AllToAll.apply(flat, send, recv, group, traffic)
     else:
         out = _all_to_all_flat(flat, send, recv, group)
     return [piece.reshape(shape) for piece, shape in zip(out.split(recv), shapes)]

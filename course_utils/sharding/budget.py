@@ -5,6 +5,8 @@ gradient (dense: one value per weight) and the optimizer's copies (Adam: 2). A
 :class:`MemoryBudget` refuses a plan under which some rank would need more than
 ``bytes_per_rank`` (before anything is allocated), and :meth:`MemoryBudget.enforce`
 checks the tensors a rank really holds after a training step.
+
+Taught in chapter 07 (section 12, capstone: tables that do not fit one rank).
 """
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ Forward on rank ``r`` with its batch ``ids [B, T, L]``:
 
 More ids travel than table-wise (``W`` times), the same number of embedding bytes, and
 every rank does an equal share of the lookups whatever the table sizes.
+
+Taught in chapter 07 (section 6, column-wise).
 """
 from __future__ import annotations
 

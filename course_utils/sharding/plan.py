@@ -13,6 +13,8 @@ columns) over ``world_size`` ranks, named as in TorchRec:
 A :class:`Shard` names its table, its rank and the rows and columns it holds;
 ``shard.of(full_weight)`` is that piece of the unsharded table, which is how the tests
 compare a sharded lookup (and its gradients) with the unsharded one.
+
+Taught in chapter 07 (section 2, three ways to cut the tables).
 """
 from __future__ import annotations
 

@@ -14,6 +14,8 @@ Forward on rank ``r`` with its batch ``ids [B, T, L]``:
 
 The ids that travel depend on the data: a range split sends every hot id (a Zipf
 distribution's small ids) to rank 0, a hash split spreads them out.
+
+Taught in chapter 07 (section 5, row-wise).
 """
 from __future__ import annotations
 

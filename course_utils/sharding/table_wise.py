@@ -8,6 +8,8 @@ Forward on rank ``r`` with its batch ``ids [B, T, L]``:
 
 Backward: the gradient of each ``[B, T_s, D]`` goes back to its owner (the reverse
 all-to-all), which sums the rows it looked up for all ranks into its table's gradient.
+
+Taught in chapter 07 (section 4, table-wise).
 """
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Time sharded lookups inside a rank: forward + backward steps on synthetic click-log ids."""
+"""Time sharded lookups inside a rank: forward + backward steps on synthetic click-log ids.
+
+Taught in chapter 07 (section 9, skew: where the ids land).
+"""
 from __future__ import annotations
 
 import time
@@ -7,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from .. import data
+from .lookups import shard_embeddings
 from .plan import make_plan
 from .volume import routed_ids
 
@@ -22,8 +26,6 @@ def time_lookup_steps(kind: str, options: dict, cardinalities, dim: int, batch: 
     last step (``Traffic.as_dict()``) and, for row-wise plans, the routing of the last step's
     ids (``routed_ids``) that the byte formula needs.
     """
-    from . import shard_embeddings
-
     rank, world = dist.get_rank(), dist.get_world_size()
     logs = data.make_click_logs(batch * world * (steps + warmup), seed=0, cardinalities=cardinalities, n_dense=1)
     plan = make_plan(kind, cardinalities, dim, world, **options)

@@ -24,7 +24,8 @@ def test_launch_after_is_available_forks_and_the_rank_gets_cuda_0():
     lines = _fresh("""
     import torch, torch.distributed as dist
     import course_utils                       # the setup cell imports it first
-    from course_utils import launch, launcher
+    from course_utils import launch
+    from course_utils.launcher import api as launcher
     from course_utils.hardware import rank_device
     assert torch.cuda.is_available()          # what every tutorial does first
     print(launcher._start_method("auto"))
@@ -36,7 +37,8 @@ def test_launch_after_is_available_forks_and_the_rank_gets_cuda_0():
 def test_launch_after_cuda_init_spawns_a_cell_function_and_returns_cpu_tensors():
     lines = _fresh("""
     import torch, torch.distributed as dist
-    from course_utils import launch, launcher
+    from course_utils import launch
+    from course_utils.launcher import api as launcher
     x = torch.ones(3, device="cuda")          # CUDA is initialised in the "notebook"
 
     def cell_function(scale):

@@ -16,6 +16,8 @@ as the entry point, and adds what a notebook needs:
 * a rank that raises -> ``RankFailedError`` naming it, with its traceback;
 * a rank that hangs -> ``LaunchTimeoutError`` after ``timeout`` naming it;
 * no worker process left alive, whatever happens (error, timeout, Ctrl-C).
+
+Taught in chapter 00 (what ``launch`` does) and chapter 02 (beside ``torchrun``).
 """
 from __future__ import annotations
 
@@ -38,10 +40,10 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalEx
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from ._launch_io import EngineLog, current_signal_handlers, real_stdio, restore, show_rank_output
-from ._rank_entry import RankSpec, finished, run_rank
-from .launch_errors import LaunchError, LaunchTimeoutError, RankFailedError, diagnose_failure, stop_unfinished
-from .hardware import pick_backend
+from ..hardware import pick_backend
+from .errors import LaunchError, LaunchTimeoutError, RankFailedError, diagnose_failure, stop_unfinished
+from .output import EngineLog, current_signal_handlers, real_stdio, restore, show_rank_output
+from .rank_entry import RankSpec, finished, run_rank
 
 __all__ = ["launch", "LaunchError", "LaunchTimeoutError", "RankFailedError"]
 

@@ -1,9 +1,11 @@
 """What went wrong in a launch: the errors ``launch`` raises, and how the culprit is found.
 
-Each rank leaves marker files (``_rank_entry``): its pid when it starts, ``done``
+Each rank leaves marker files (``rank_entry``): its pid when it starts, ``done``
 when its function returned, ``error`` with its traceback when it raised. From
 those, and the elastic agent's report, this module names the rank to blame and
 stops every rank that is still running.
+
+Taught in chapter 00 (its errors, in "When a rank fails").
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from ._rank_entry import finished, marker, read_error
+from .rank_entry import finished, marker, read_error
 
 
 class LaunchError(RuntimeError):

@@ -7,6 +7,8 @@ rank (signals, threads, device, process group), calls the user's function and
 leaves small marker files in ``run_dir`` that the parent reads:
 ``rank<r>.pid`` (started), ``rank<r>.done`` (returned), ``rank<r>.error``
 (the user's traceback).
+
+Taught in chapter 00 (``run_rank`` is shown in "What `launch` does").
 """
 from __future__ import annotations
 
@@ -103,7 +105,7 @@ def run_rank(payload, spec: RankSpec) -> bytes:
     import torch
     import torch.distributed as dist
 
-    from .hardware import group_backend
+    from ..hardware import group_backend
 
     if spec.backend == "nccl":
         _select_gpu(torch, int(os.environ["LOCAL_RANK"]))

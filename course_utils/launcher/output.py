@@ -3,6 +3,8 @@
 ``launch`` borrows the process's logging, standard streams, signal handlers and
 environment while the elastic agent runs; these helpers take them and give them
 back, and print what each rank wrote, grouped by rank.
+
+Taught in chapter 00 (each rank's prints shown grouped by rank, after the run).
 """
 from __future__ import annotations
 

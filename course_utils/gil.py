@@ -1,0 +1,123 @@
+"""The GIL: the same work done by two threads and by two processes.
+
+Python runs one thread's bytecode at a time (the global interpreter lock); PyTorch
+releases the lock inside each operator. ``threads_vs_processes`` isolates what that
+means for data parallelism: the same forward/backward work, done by one thread after
+the other, by two threads at once (DataParallel's ``parallel_apply``), and by two
+processes at once (DDP's ranks, through ``launch``).
+
+Taught in chapter 03 (section 5, the GIL: threads against processes).
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .launcher import launch
+from .models import DLRMConfig
+
+__all__ = ["forward_backward", "DLRMWork", "PythonWork", "one_torch_thread", "timed_rank", "threads_vs_processes"]
+
+
+def forward_backward(model: nn.Module, batch, steps: int) -> None:
+    """``steps`` x (forward, BCE loss, backward) of ``model`` on one batch."""
+    for _ in range(steps):
+        model.zero_grad(set_to_none=True)
+        nn.functional.binary_cross_entropy_with_logits(model(batch.dense, batch.sparse), batch.label).backward()
+
+
+class DLRMWork:
+    """One worker's share of work: ``steps`` forward/backward passes of its own DLRM on ``batch``.
+
+    On the CPU, on purpose, also on GPU machines: ``threads_vs_processes`` measures what
+    the GIL does to Python threads that share CPU cores, not the GPUs.
+    """
+
+    def __init__(self, model_config: DLRMConfig, batch, steps: int = 10):
+        self.model_config, self.batch, self.steps = model_config, batch, steps
+
+    def prepare(self) -> "DLRMWork":
+        """A copy with its own model, warmed up (one pass), ready to be timed."""
+        work = copy.copy(self)
+        work.model = self.model_config.build(seed=0)
+        forward_backward(work.model, self.batch, 1)
+        return work
+
+    def __call__(self) -> None:
+        forward_backward(self.model, self.batch, self.steps)
+
+
+class PythonWork:
+    """One worker's share of pure-Python work (a loop of ``n`` multiply-adds): it holds the GIL throughout."""
+
+    def __init__(self, n: int = 2_000_000):
+        self.n = n
+
+    def prepare(self) -> "PythonWork":
+        return self
+
+    def __call__(self) -> int:
+        total = 0
+        for i in range(self.n):
+            total += i * i
+        return total
+
+
+@contextlib.contextmanager
+def one_torch_thread():
+    """Run the block with one torch (intra-op) thread, as every rank of ``launch`` has."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def timed_rank(work) -> float:
+    job = work.prepare()
+    dist.barrier()
+    start = time.perf_counter()
+    job()
+    dist.barrier()                                         # until the slower rank is done
+    return time.perf_counter() - start
+
+
+def threads_vs_processes(work, repeats: int = 3) -> dict:
+    """Seconds for two workers' shares of ``work`` (a ``DLRMWork`` or ``PythonWork``):
+
+    ``sequential``: one thread does both shares, one after the other;
+    ``threads``: two Python threads at once (DataParallel's ``parallel_apply``);
+    ``processes``: two ranks of ``launch`` at once (DDP).
+    Each figure is the best of ``repeats`` rounds (the least disturbed by other
+    work on the machine), one torch thread each. Also returns the speed-ups over
+    sequential, ``threads_speedup`` and ``processes_speedup`` (2.0 is perfect on 2 cores).
+    """
+    best = {"sequential": float("inf"), "threads": float("inf"), "processes": float("inf")}
+    with one_torch_thread():
+        jobs = [work.prepare(), work.prepare()]
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for job in jobs:
+                job()
+            best["sequential"] = min(best["sequential"], time.perf_counter() - start)
+
+            workers = [threading.Thread(target=job) for job in jobs]
+            start = time.perf_counter()
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            best["threads"] = min(best["threads"], time.perf_counter() - start)
+
+            ranks = launch(timed_rank, work, world_size=2, timeout=120, show_output=False)
+            best["processes"] = min(best["processes"], max(ranks))
+    best["threads_speedup"] = best["sequential"] / best["threads"]
+    best["processes_speedup"] = best["sequential"] / best["processes"]
+    return best

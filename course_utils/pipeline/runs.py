@@ -1,0 +1,113 @@
+"""Runs of schedules on real processes: start them, take turns, measure the steps as Timelines.
+
+``run_schedule`` starts ``schedule.p`` processes (``launch``), each running its
+``executor.ScheduleRunner``, and returns a ``PipelineRun``: the measured ``Timeline``
+of each step (ms), the same type the simulator returns, plus the loss and gradients to
+compare with one process. ``run_schedules`` runs several schedules on the same
+processes, a step of each in turn, so that they are compared on the same machine state.
+
+Taught in chapter 06 (section 9, on real processes).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+import torch.distributed as dist
+
+from ..hardware import devices
+from ..launcher import launch
+from .executor import ScheduleRunner
+from .mlp import MLPConfig
+from .schedules import Schedule, validate
+from .timeline import Event, Timeline
+
+__all__ = ["alternate", "pipeline_rank", "MeasuredRun", "PipelineRun", "check_runnable", "collect", "run_schedules",
+           "run_schedule"]
+
+
+def alternate(runners: list, steps: int) -> list[dict]:
+    """``steps`` steps of every runner, taking turns (one step of each, and again), so a
+    busy moment of a shared machine slows all of them alike. Returns their results."""
+    for _ in range(steps):
+        for runner in runners:
+            runner.step()
+    return [runner.result() for runner in runners]
+
+
+def pipeline_rank(schedules: list, config: MLPConfig, steps: int) -> list[dict]:
+    """What each process runs (under ``launch``): ``steps`` steps of each schedule, in turns."""
+    device = devices(schedules[0].p, quiet=True)[dist.get_rank()]
+    return alternate([ScheduleRunner(s, config, device) for s in schedules], steps)
+
+
+@dataclass
+class MeasuredRun:
+    """Wall times of the measured steps (ms, slowest rank), the loss, every gradient by name."""
+    step_times_ms: list
+    loss: float
+    grads: dict = field(repr=False)
+
+    @property
+    def step_time_ms(self) -> float:
+        """The median step time."""
+        return statistics.median(self.step_times_ms)
+
+
+@dataclass
+class PipelineRun(MeasuredRun):
+    """A measured run of the executor, with each step's ``Timeline`` (ms)."""
+    timelines: list = field(default_factory=list, repr=False)
+
+    @property
+    def timeline(self) -> Timeline:
+        """The timeline of the median step."""
+        n = len(self.step_times_ms)
+        return self.timelines[sorted(range(n), key=self.step_times_ms.__getitem__)[(n - 1) // 2]]
+
+    @property
+    def fastest(self) -> Timeline:
+        """The timeline of the fastest step: on a shared machine, the one other programs
+        disturbed least."""
+        return self.timelines[self.step_times_ms.index(min(self.step_times_ms))]
+
+
+def check_runnable(schedule: Schedule, config: MLPConfig, steps: int, warmup: int) -> None:
+    """Clear errors in this process, before any other process starts."""
+    validate(schedule)
+    config.stages(schedule.num_stages)
+    config.microbatches(schedule.m)
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+
+
+def collect(schedule: Schedule, results: list[dict], warmup: int) -> PipelineRun:
+    """Join the ranks' results of one schedule into a PipelineRun (warm-up steps dropped)."""
+    timelines, times = [], []
+    for k in range(warmup, len(results[0]["steps"])):
+        events = [Event(rank, a, start, end) for rank, r in enumerate(results) for a, start, end in r["steps"][k][0]]
+        timelines.append(Timeline(tuple(events), schedule.p, name=f"{schedule.name} (measured)", unit="ms",
+                                  meta={"v": schedule.v}))
+        times.append(max(r["steps"][k][1] for r in results))
+    grads = {name: g for r in results for name, g in r["grads"].items()}
+    return PipelineRun(times, sum(loss for r in results for loss in r["losses"]), grads, timelines)
+
+
+def run_schedules(schedules: list, config: MLPConfig = MLPConfig(), steps: int = 3, warmup: int = 1,
+                  timeout: float = 120.0) -> list[PipelineRun]:
+    """Run several schedules for the same ``p`` on the same processes, a step of each in
+    turn (a fair comparison on a shared machine): ``warmup`` untimed steps, then ``steps``
+    measured ones each (the same batch, no optimizer step, so every step computes the same)."""
+    if len({s.p for s in schedules}) != 1:
+        raise ValueError(f"schedules run together need the same p, got {[s.p for s in schedules]}")
+    for s in schedules:
+        check_runnable(s, config, steps, warmup)
+    results = launch(pipeline_rank, schedules, config, warmup + steps, world_size=schedules[0].p,
+                     timeout=timeout, show_output=False)
+    return [collect(s, [r[i] for r in results], warmup) for i, s in enumerate(schedules)]
+
+
+def run_schedule(schedule: Schedule, config: MLPConfig = MLPConfig(), steps: int = 3, warmup: int = 1,
+                 timeout: float = 120.0) -> PipelineRun:
+    """Run ``schedule`` on ``schedule.p`` processes (see ``run_schedules``)."""
+    return run_schedules([schedule], config, steps, warmup, timeout)[0]
