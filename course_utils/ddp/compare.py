@@ -23,6 +23,7 @@ from ..data_parallel import DataParallelByHand
 from ..hardware import devices
 from ..launcher import launch
 from ..models import DLRMConfig
+from ..train import bce_loss
 from .train import TrainSettings, ddp_worker, train_single
 
 __all__ = ["forward_backward", "DLRMWork", "PythonWork", "one_torch_thread", "threads_vs_processes", "VARIANTS",
@@ -33,7 +34,7 @@ def forward_backward(model: nn.Module, batch, steps: int) -> None:
     """``steps`` x (forward, BCE loss, backward) of ``model`` on one batch."""
     for _ in range(steps):
         model.zero_grad(set_to_none=True)
-        nn.functional.binary_cross_entropy_with_logits(model(batch.dense, batch.sparse), batch.label).backward()
+        bce_loss(model, batch).backward()
 
 
 class DLRMWork:
@@ -147,8 +148,8 @@ def step_times(data, model_config: DLRMConfig, settings: TrainSettings, variants
         for name in variants:
             kind, options = VARIANTS[name]
             run = ddp_worker(kind, data, model_config, settings, **options)
-            seconds[name] += run["step_seconds"][warmup_steps:]
-            states[name], collectives[name] = run["state"], run["collectives"]
+            seconds[name] += run.step_seconds[warmup_steps:]
+            states[name], collectives[name] = run.state, run.collectives
     return {"seconds": seconds, "states": states, "collectives": collectives}
 
 
@@ -179,9 +180,9 @@ def compare_single_dp_ddp(train: ClickLogs, test: ClickLogs, model_config: DLRMC
         for name, kind in (("DDP by hand (2 processes)", "bucketed"), ("torch DDP (2 processes)", "torch")):
             runs[name] = launch(ddp_worker, kind, train, model_config, settings, test,
                                 world_size=2, timeout=timeout, show_output=False)
-    table = pd.DataFrame({name: {"samples/s": r[0]["samples_per_s"], "wall s": r[0]["seconds"],
-                                 "CPU s busiest": max(x["cpu_seconds"] for x in r), "AUC": r[0]["auc"],
-                                 "logloss": r[0]["logloss"], "steps": len(r[0]["step_loss"])}
+    table = pd.DataFrame({name: {"samples/s": r[0].samples_per_s, "wall s": r[0].seconds,
+                                 "CPU s busiest": max(x.cpu_seconds for x in r), "AUC": r[0].final["auc"],
+                                 "logloss": r[0].final["logloss"], "steps": len(r[0].step_loss)}
                           for name, r in runs.items()}).T
     table["steps"] = table["steps"].astype(int)
     return table
