@@ -16,8 +16,8 @@ a multiple of 2. Then, for each size, ``--repeats`` times, each mode on 2 ranks
 What is measured: **the data pipeline feeding a tiny training step**, not the course's DLRM.
 Each rank runs ``--epochs`` epochs (default 1) of the course's training loop
 (``course_utils.train.fit``: batches to the device, loss, backward, optimizer step, losses
-averaged over the ranks) on its own row groups, with a logistic regression on the 13 dense columns wrapped in torch DDP (one all-reduce
-of 14 gradients per step), so that the loader, not the model, is what is timed. The DLRM's own
+averaged over the ranks) on its own row groups, with a logistic regression on the 13 dense
+columns wrapped in torch DDP (one all-reduce of 14 gradients per step), so that the loader, not the model, is what is timed. The DLRM's own
 step is about 20x slower per row on a CPU and would hide the loader entirely.
 
 samples/s: rows trained on by both ranks / the slower rank's wall time of the epochs.

@@ -124,8 +124,8 @@ def test_a_torch_dataloader_over_the_stream_gives_the_same_batches(path):
 
 
 def test_ddp_streaming_equals_in_memory_and_one_process(tmp_path):
-    logs = data.make_click_logs(1000, seed=1, cardinalities=CARDS, n_dense=4)      # no row numbers: they
-    path = write_groups(logs, tmp_path / "clicks.parquet")                        # would make the loss explode
+    logs = data.make_click_logs(1000, seed=1, cardinalities=CARDS, n_dense=4)  # no row numbers: they
+    path = write_groups(logs, tmp_path / "clicks.parquet")                    # would make the loss explode
     config = DLRMConfig(CARDS, n_dense=4, embedding_dim=8, bottom_mlp=(16,), top_mlp=(16,))
     settings = TrainSettings(global_batch_size=128, epochs=2, optimizer="sgd", lr=0.01)
     kept = TrainSettings(global_batch_size=128, epochs=2, optimizer="sgd", lr=0.01, in_memory=True)
