@@ -30,6 +30,7 @@ from course_utils import data, launch
 from course_utils.ddp import TrainSettings, max_difference
 from course_utils.ddp.step_timing import VARIANTS, step_times
 from course_utils.models import DLRMConfig
+from course_utils.train import bce_loss
 
 def _alone(model_config: DLRMConfig, logs, per_rank: int, repeats: int) -> dict:
     """Median seconds of one backward, and of one all_reduce of all gradients, each alone."""
@@ -39,7 +40,7 @@ def _alone(model_config: DLRMConfig, logs, per_rank: int, repeats: int) -> dict:
     flat = torch.zeros(sum(p.numel() for p in model.parameters()))
     for _ in range(repeats):
         model.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(model(batch.dense, batch.sparse), batch.label)
+        loss = bce_loss(model, batch)
         dist.barrier()
         start = time.perf_counter()
         loss.backward()

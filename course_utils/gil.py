@@ -21,6 +21,7 @@ from torch import nn
 
 from .launcher import launch
 from .models import DLRMConfig
+from .train import bce_loss
 
 __all__ = ["forward_backward", "DLRMWork", "PythonWork", "one_torch_thread", "timed_rank", "threads_vs_processes"]
 
@@ -29,7 +30,7 @@ def forward_backward(model: nn.Module, batch, steps: int) -> None:
     """``steps`` x (forward, BCE loss, backward) of ``model`` on one batch."""
     for _ in range(steps):
         model.zero_grad(set_to_none=True)
-        nn.functional.binary_cross_entropy_with_logits(model(batch.dense, batch.sparse), batch.label).backward()
+        bce_loss(model, batch).backward()
 
 
 class DLRMWork:

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from . import nvml
+from .checks import check_whole
 
 BACKENDS = ("gloo", "nccl", "mpi")
 
@@ -69,8 +70,7 @@ def devices(n: int, quiet: bool = False) -> list[torch.device]:
     follow every chapter. Prints a one-line note saying which (``quiet=True``
     silences it).
     """
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"devices(n) needs a positive whole number of devices, got {n!r}")
+    check_whole("devices(n): n", n)
     gpus = gpu_count()
     if gpus >= n:
         chosen = [torch.device("cuda", i) for i in range(n)]
@@ -92,8 +92,7 @@ def pick_backend(world_size: int, backend: str = "auto") -> str:
     or MPI without an MPI build of PyTorch, raises a ValueError saying what to
     use instead.
     """
-    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
-        raise ValueError(f"world_size must be a positive whole number, got {world_size!r}")
+    check_whole("world_size", world_size)
     gpus = gpu_count()
     if backend == "auto":
         return "nccl" if gpus >= world_size and dist.is_nccl_available() else "gloo"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -26,10 +25,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from . import sharding
 from .checkpoint import settle_ddp_buckets
 from .data import Batch, ClickLogs
+from .data.loaders import InMemoryBatches, MapBatches
 from .metrics import scores
 from .models import DLRM, DLRMConfig
-from .timing import Stopwatch
-from .train import History, make_optimizer, predict, train_step
+from .train import History, fit, make_optimizer, predict
 
 __all__ = ["DenseArch", "HybridDLRM", "local_rows", "train_hybrid", "evaluate_hybrid"]
 
@@ -134,8 +133,8 @@ def train_hybrid(model: HybridDLRM, data: ClickLogs, *, epochs: int = 1, batch_s
                  eval_data: ClickLogs | None = None,
                  budget: sharding.MemoryBudget | None = None) -> History:
     """:func:`course_utils.train.train`, on ``W`` ranks: the same global batches (``batch_size``
-    rows, shuffled with ``seed + epoch``), each rank training on its share with
-    ``train.train_step``. Run it in every rank; every rank returns the same History (losses
+    rows, shuffled with ``seed + epoch``), each rank training on its share in the same loop
+    (``train.fit``). Run it in every rank; every rank returns the same History (losses
     averaged over the ranks). ``optimizer``: a name for ``train.make_optimizer`` (with ``lr``) or
     an optimizer over ``model.parameters()``. With ``budget``, the memory a rank really holds is
     checked after the first step."""
@@ -144,22 +143,12 @@ def train_hybrid(model: HybridDLRM, data: ClickLogs, *, epochs: int = 1, batch_s
         raise ValueError(f"the last batch ({len(data) % batch_size} rows) cannot be split equally over "
                          f"{world} ranks; use a number of rows that is a multiple of {world}")
     opt = make_optimizer(model, optimizer, lr) if isinstance(optimizer, str) else optimizer
-    history = History()
-    model.train()
-    for epoch in range(epochs):
-        with Stopwatch(sharding.rank_device()) as timer:    # on a GPU: until its work is done
-            losses = []
-            for batch in data.batches(batch_size, shuffle=True, seed=seed + epoch):
-                losses.append(train_step(model, opt, local_rows(batch, rank, world)))
-                if budget is not None and len(history.step_loss) + len(losses) == 1:
-                    budget.enforce(model, opt)
-            mean = torch.tensor(losses, dtype=torch.float64, device=sharding.rank_device())
-            dist.all_reduce(mean)
-        history.seconds += timer.seconds
-        history.samples += len(data)
-        history.step_loss += (mean / world).cpu().tolist()
-        record = {"epoch": epoch + 1, "train_loss": float(np.mean(history.step_loss[-len(losses):]))}
-        if eval_data is not None:
-            record.update(evaluate_hybrid(model, eval_data))
-        history.epochs.append(record)
+    shares = MapBatches(InMemoryBatches(data, batch_size, seed), lambda batch: local_rows(batch, rank, world))
+    def check_budget(steps: int) -> None:        # the memory really held, once the optimizer has its state
+        if budget is not None and steps == 1:
+            budget.enforce(model, opt)
+
+    history = fit(model, shares, opt, epochs=epochs, distributed=True, after_step=check_budget,
+                  score=None if eval_data is None else lambda: evaluate_hybrid(model, eval_data))
+    history.kind, history.rank = "hybrid", rank
     return history

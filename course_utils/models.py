@@ -17,10 +17,19 @@ from typing import Iterator, Sequence
 import torch
 from torch import nn
 
-__all__ = ["DLRMConfig", "DLRM", "memory_report", "OPTIMIZER_STATE_COPIES", "format_bytes"]
+from .checks import check_choice, check_ids, check_sizes, check_whole, check_width
+
+__all__ = ["DLRMConfig", "DLRM", "memory_report", "OPTIMIZERS", "OPTIMIZER_STATE_COPIES", "format_bytes"]
+
+#: The optimizers the course trains with, by name: ``(torch class, its options besides lr,
+#: extra float copies of every parameter it keeps)``. ``train.make_optimizer`` builds them,
+#: ``memory_report`` and ``sharding.MemoryBudget`` count their state.
+OPTIMIZERS = {"sgd": (torch.optim.SGD, {}, 0), "sgd_momentum": (torch.optim.SGD, {"momentum": 0.9}, 1),
+              "adagrad": (torch.optim.Adagrad, {}, 1), "adam": (torch.optim.Adam, {}, 2),
+              "adamw": (torch.optim.AdamW, {}, 2)}
 
 #: Extra float copies of every parameter an optimizer keeps.
-OPTIMIZER_STATE_COPIES = {"sgd": 0, "sgd_momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2}
+OPTIMIZER_STATE_COPIES = {name: copies for name, (_, _, copies) in OPTIMIZERS.items()}
 
 
 @dataclass(frozen=True)
@@ -39,11 +48,9 @@ class DLRMConfig:
     top_mlp: tuple = (64, 32)
 
     def __post_init__(self):
-        cards = tuple(int(c) for c in self.cardinalities)
-        if not cards or min(cards) < 1:
-            raise ValueError(f"cardinalities must be positive table sizes, got {list(self.cardinalities)[:6]}.")
-        if self.embedding_dim < 1 or self.n_dense < 1:
-            raise ValueError(f"embedding_dim and n_dense must be >= 1, got {self.embedding_dim}, {self.n_dense}.")
+        cards = check_sizes(self.cardinalities)
+        check_whole("embedding_dim", self.embedding_dim)
+        check_whole("n_dense", self.n_dense)
         object.__setattr__(self, "cardinalities", cards)
         object.__setattr__(self, "bottom_mlp", tuple(int(w) for w in self.bottom_mlp))
         object.__setattr__(self, "top_mlp", tuple(int(w) for w in self.top_mlp))
@@ -139,18 +146,7 @@ class DLRM(nn.Module):
     # --- forward, in three steps -----------------------------------------------
     def embed(self, sparse: torch.Tensor) -> torch.Tensor:
         """Look up one id per table per row: ``sparse [B, T] int64 -> [B, T, D]``."""
-        if sparse.dim() != 2 or sparse.shape[1] != self.config.n_tables:
-            raise ValueError(f"sparse must be [B, {self.config.n_tables}] (one id per table), "
-                             f"got shape {tuple(sparse.shape)}.")
-        if sparse.dtype != torch.int64:
-            raise TypeError(f"sparse must be int64 ids, got {sparse.dtype}; use sparse.long().")
-        if sparse.numel():
-            bad = (sparse.min(0).values < 0) | (sparse.max(0).values >= self._cardinalities)
-            if bad.any():
-                t = int(bad.nonzero()[0])
-                raise IndexError(f"table {t} has {self.config.cardinalities[t]} rows but got ids in "
-                                 f"[{int(sparse[:, t].min())}, {int(sparse[:, t].max())}]; "
-                                 "hash or clip ids into range.")
+        check_ids(sparse, self._cardinalities, name="sparse")
         return torch.stack([bag(sparse[:, t:t + 1]) for t, bag in enumerate(self.embeddings)], dim=1)
 
     def interact(self, bottom_out: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
@@ -168,8 +164,7 @@ class DLRM(nn.Module):
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
         """``dense [B, n_dense] float32``, ``sparse [B, T] int64`` -> logit ``[B]`` float32."""
-        if dense.dim() != 2 or dense.shape[1] != self.config.n_dense:
-            raise ValueError(f"dense must be [B, {self.config.n_dense}], got shape {tuple(dense.shape)}.")
+        check_width(dense, "dense", self.config.n_dense)
         return self.interact_and_predict(self.bottom(dense), self.embed(sparse))
 
 
@@ -196,8 +191,7 @@ def memory_report(config, optimizer: str = "adam", bytes_per_value: int = 4, rea
     import pandas as pd
 
     cfg = config.config if isinstance(config, DLRM) else config
-    if optimizer not in OPTIMIZER_STATE_COPIES:
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {sorted(OPTIMIZER_STATE_COPIES)}.")
+    check_choice("optimizer", optimizer, OPTIMIZER_STATE_COPIES)
     copies = OPTIMIZER_STATE_COPIES[optimizer]
     rows = {"embeddings": cfg.embedding_parameter_count(), "dense": cfg.dense_parameter_count()}
     rows["total"] = rows["embeddings"] + rows["dense"]

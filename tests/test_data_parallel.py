@@ -73,8 +73,8 @@ def test_training_with_data_parallel_equals_single_device_training(logs):
     settings = TrainSettings(global_batch_size=256, max_steps=8, optimizer="sgd", lr=0.1)
     ref = train_single(logs, cfg, settings, device=CPU2[0])      # the devices DataParallel runs on
     dp = train_single(logs, cfg, settings, parallel=lambda m: DataParallelByHand(m, CPU2))
-    assert max_difference(ref["state"], dp["state"]) < 1e-6
-    assert ref["step_loss"] == pytest.approx(dp["step_loss"], abs=1e-6)
+    assert max_difference(ref.state, dp.state) < 1e-6
+    assert ref.step_loss == pytest.approx(dp.step_loss, abs=1e-6)
 
 
 def test_a_batch_smaller_than_the_device_list_uses_fewer_replicas():

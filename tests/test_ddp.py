@@ -51,24 +51,24 @@ def test_every_ddp_equals_single_process_training_on_the_global_batch(runs, opti
     # (Adam divides by sqrt(v), which magnifies rounding in tiny gradients: hence its looser bound)
     per_rank, single = runs[optimizer]
     for kind in KINDS:
-        assert max_difference(per_rank[0][kind]["state"], single["state"]) < tolerance, kind
-        assert per_rank[0][kind]["step_loss"] == pytest.approx(single["step_loss"], abs=1e-5), kind
+        assert max_difference(per_rank[0][kind].state, single.state) < tolerance, kind
+        assert per_rank[0][kind].step_loss == pytest.approx(single.step_loss, abs=1e-5), kind
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_ranks_stay_identical_and_by_hand_equals_torch_ddp(runs, optimizer):
     per_rank, _ = runs[optimizer]
     for kind in KINDS:
-        assert max_difference(per_rank[0][kind]["state"], per_rank[1][kind]["state"]) == 0.0, kind
+        assert max_difference(per_rank[0][kind].state, per_rank[1][kind].state) == 0.0, kind
     for kind in ("naive", "bucketed"):
-        assert max_difference(per_rank[0][kind]["state"], per_rank[0]["torch"]["state"]) < 1e-6, kind
+        assert max_difference(per_rank[0][kind].state, per_rank[0]["torch"].state) < 1e-6, kind
 
 
 def test_collective_counts_naive_one_per_parameter_bucketed_one_per_bucket(runs):
     per_rank, _ = runs["sgd"]
     n_params = len(list(CONFIG.build().parameters()))
-    assert per_rank[0]["naive"]["collectives"] == SGD.max_steps * n_params
-    assert per_rank[0]["bucketed"]["collectives"] == SGD.max_steps * 1   # this model fits one 1 MiB bucket
+    assert per_rank[0]["naive"].collectives == SGD.max_steps * n_params
+    assert per_rank[0]["bucketed"].collectives == SGD.max_steps * 1   # this model fits one 1 MiB bucket
 
 
 def test_broadcast_makes_every_rank_start_from_rank_0():
@@ -93,10 +93,10 @@ def test_no_sync_accumulation_equals_one_big_batch_and_skips_communication(logs)
         return {(kind, acc): accumulate(logs, kind, acc) for kind in ("naive", "bucketed", "torch") for acc in (1, 4)}
     result = launch(rank_fn, world_size=2, timeout=120, show_output=False)[0]
     for kind in ("naive", "bucketed", "torch"):
-        assert max_difference(result[kind, 1]["state"], result[kind, 4]["state"]) < 1e-6, kind
+        assert max_difference(result[kind, 1].state, result[kind, 4].state) < 1e-6, kind
     for kind in ("naive", "bucketed"):   # 4 micro-batches, but one gradient sync per step
-        assert result[kind, 4]["collectives"] == result[kind, 1]["collectives"], kind
-    assert result["bucketed", 1]["collectives"] > 6        # small buckets: several per step
+        assert result[kind, 4].collectives == result[kind, 1].collectives, kind
+    assert result["bucketed", 1].collectives > 6        # small buckets: several per step
 
 
 def test_buckets_are_rebuilt_in_gradient_order_like_torch_ddp(logs):

@@ -73,8 +73,8 @@ def test_ddp_from_parquet_partitions_equals_one_process_on_the_same_global_batch
     ranks = launch(ddp_worker, "bucketed", str(parquet_4rg), CONFIG, settings, world_size=2, timeout=120,
                    show_output=False)
     single = train_single(str(parquet_4rg), CONFIG, settings, world_size=2)
-    assert len(ranks[0]["step_loss"]) == 2 * (1500 // 128)         # full batches of the smaller share
-    assert max_difference(ranks[0]["state"], single["state"]) < 1e-6
+    assert len(ranks[0].step_loss) == 2 * (1500 // 128)         # full batches of the smaller share
+    assert max_difference(ranks[0].state, single.state) < 1e-6
 
 
 def test_quiz_04_answers_are_what_the_code_computes():

@@ -20,9 +20,9 @@ def test_torchrun_script_matches_launch():
     mine = launch(ddp_worker, args.kind, train, model_config, settings, held_out,
                   world_size=2, timeout=120, show_output=False)[0]
     theirs = run.reports[0]
-    assert theirs["step_loss"] == pytest.approx(mine["step_loss"], abs=1e-7)
-    assert theirs["auc"] == pytest.approx(mine["auc"], abs=1e-9)
-    for name, (total, absolute) in train_ddp.fingerprint(mine["state"]).items():
+    assert theirs["step_loss"] == pytest.approx(mine.step_loss, abs=1e-7)
+    assert theirs["auc"] == pytest.approx(mine.final["auc"], abs=1e-9)
+    for name, (total, absolute) in train_ddp.fingerprint(mine.state).items():
         assert theirs["fingerprint"][name] == pytest.approx([total, absolute], rel=1e-9, abs=1e-9), name
 
 

@@ -162,7 +162,7 @@ def test_keyboard_interrupt_stops_every_rank_and_restores_handlers(tmp_path):
 
 
 def test_bad_arguments_get_clear_errors():
-    with pytest.raises(ValueError, match="world_size must be a positive whole number"):
+    with pytest.raises(ValueError, match="world_size must be a whole number >= 1"):
         launch(rank_info, 0.0, world_size=0)
     with pytest.raises(ValueError, match="needs CUDA GPUs|one GPU per rank"):
         launch(rank_info, 0.0, world_size=2, backend="nccl")

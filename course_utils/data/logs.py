@@ -7,6 +7,8 @@ from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from ..checks import check_whole
+
 __all__ = ["ClickLogs", "Batch", "batches", "dense_columns", "sparse_columns"]
 
 
@@ -159,8 +161,7 @@ def batches(logs: ClickLogs, batch_size: int, *, shuffle: bool = False, seed: in
     Pass ``seed=epoch`` (or ``base_seed + epoch``) for a new order every epoch.
     """
     import torch
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+    check_whole("batch_size", batch_size)
     n = len(logs)
     order = np.random.Generator(np.random.PCG64(seed)).permutation(n) if shuffle else None
     stop = n - n % batch_size if drop_last else n

@@ -11,21 +11,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Union
+from typing import Iterable, Union
 
 import numpy as np
 
+from ..checks import check_whole
 from .logs import ClickLogs
 
-__all__ = ["write_parquet", "read_parquet", "repartition", "row_groups_of_rank", "parquet_info"]
+__all__ = ["write_parquet", "write_row_groups", "read_parquet", "repartition", "row_groups_of_rank",
+           "parquet_info", "open_parquet", "read_row_groups"]
 
 _META_KEY = b"course_utils.cardinalities"
 PathLike = Union[str, Path]
 
 
 def _check_row_groups(row_groups: int, n_rows: int) -> None:
-    if not isinstance(row_groups, (int, np.integer)) or row_groups < 1:
-        raise ValueError(f"row_groups must be a positive int, got {row_groups!r}.")
+    check_whole("row_groups", row_groups)
     if row_groups > max(n_rows, 1):
         raise ValueError(f"row_groups={row_groups} is more than the {n_rows} rows; "
                          "every row group needs at least one row.")
@@ -35,20 +36,34 @@ def write_parquet(logs: ClickLogs, path: PathLike, row_groups: int) -> Path:
     """Write ``logs`` to ``path`` as exactly ``row_groups`` row groups of near-equal size
     (sizes differ by at most one row). Columns: ``label, prob, I1.., C1..``; the
     cardinalities travel in the file's metadata. Returns the path."""
+    _check_row_groups(row_groups, len(logs))
+    bounds = np.linspace(0, len(logs), row_groups + 1).round().astype(int)
+    return write_row_groups((logs[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])), path)
+
+
+def write_row_groups(parts: Iterable[ClickLogs], path: PathLike) -> Path:
+    """Write each :class:`ClickLogs` of ``parts`` (same cardinalities) as one row group of ``path``,
+    holding one part at a time: a file larger than memory can be written part by part."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    _check_row_groups(row_groups, len(logs))
-    table = pa.Table.from_pandas(logs.to_pandas(), preserve_index=False, nthreads=1)
-    meta = dict(table.schema.metadata or {})
-    meta[_META_KEY] = json.dumps(list(logs.cardinalities)).encode()
-    table = table.replace_schema_metadata(meta)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    bounds = np.linspace(0, len(logs), row_groups + 1).round().astype(int)
-    with pq.ParquetWriter(path, table.schema) as writer:
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
-            writer.write_table(table.slice(lo, hi - lo), row_group_size=max(hi - lo, 1))
+    writer = None
+    try:
+        for part in parts:
+            table = pa.Table.from_pandas(part.to_pandas(), preserve_index=False, nthreads=1)
+            if writer is None:
+                meta = dict(table.schema.metadata or {})
+                meta[_META_KEY] = json.dumps(list(part.cardinalities)).encode()
+                writer, cards = pq.ParquetWriter(path, table.schema.with_metadata(meta)), part.cardinalities
+            if part.cardinalities != cards:
+                raise ValueError(f"write_row_groups: a part has cardinalities {part.cardinalities[:4]}..., "
+                                 f"the first had {cards[:4]}...")
+            writer.write_table(table, row_group_size=max(len(part), 1))
+    finally:
+        if writer is not None:
+            writer.close()
     return path
 
 
@@ -85,22 +100,23 @@ def row_groups_of_rank(n_row_groups: int, rank: int, world_size: int, path: Path
     return list(range(rank, n_row_groups, world_size))
 
 
-def read_parquet(path: PathLike, rank: int = 0, world_size: int = 1) -> ClickLogs:
-    """Read the share of ``rank`` (its whole row groups, see :func:`row_groups_of_rank`).
-
-    With the defaults, reads the whole file. Returns :class:`ClickLogs`.
-    """
+def open_parquet(path: PathLike):
+    """``(pyarrow.parquet.ParquetFile, cardinalities)`` of a file written by :func:`write_parquet`."""
     import pyarrow.parquet as pq
 
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no such parquet file; write one with write_parquet(logs, path, row_groups).")
+        raise FileNotFoundError(f"{path}: no such parquet file; "
+                                "write one with write_parquet(logs, path, row_groups).")
     pf = pq.ParquetFile(path)
-    groups = row_groups_of_rank(pf.metadata.num_row_groups, rank, world_size, path)
     meta = pf.schema_arrow.metadata or {}
     if _META_KEY not in meta:
         raise ValueError(f"{path.name} was not written by write_parquet (no cardinalities in its metadata).")
-    cards = json.loads(meta[_META_KEY])
+    return pf, tuple(json.loads(meta[_META_KEY]))
+
+
+def read_row_groups(pf, groups: list[int], cardinalities) -> ClickLogs:
+    """Row groups ``groups`` of an open parquet file, in that order, as :class:`ClickLogs`."""
     # One thread: a rank reads a small share, and ranks are often forked processes,
     # so Arrow's thread pool stays out of the way. Columns go straight to numpy.
     table = pf.read_row_groups(groups, use_threads=False)
@@ -109,8 +125,18 @@ def read_parquet(path: PathLike, rank: int = 0, world_size: int = 1) -> ClickLog
     column = lambda name, dtype: table.column(name).to_numpy().astype(dtype, copy=False)
     dense = (np.stack([column(c, np.float32) for c in dcols], axis=1) if dcols
              else np.zeros((table.num_rows, 0), np.float32))
-    sparse = np.stack([column(f"C{t + 1}", np.int64) for t in range(len(cards))], axis=1)
-    return ClickLogs(dense, sparse, column("label", np.float32), column("prob", np.float32), cards)
+    sparse = np.stack([column(f"C{t + 1}", np.int64) for t in range(len(cardinalities))], axis=1)
+    return ClickLogs(dense, sparse, column("label", np.float32), column("prob", np.float32), cardinalities)
+
+
+def read_parquet(path: PathLike, rank: int = 0, world_size: int = 1) -> ClickLogs:
+    """Read the share of ``rank`` (its whole row groups, see :func:`row_groups_of_rank`).
+
+    With the defaults, reads the whole file. Returns :class:`ClickLogs`.
+    """
+    path = Path(path)
+    pf, cards = open_parquet(path)
+    return read_row_groups(pf, row_groups_of_rank(pf.metadata.num_row_groups, rank, world_size, path), cards)
 
 
 def repartition(src: PathLike, dst: PathLike, row_groups: int) -> Path:

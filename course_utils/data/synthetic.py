@@ -29,6 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..checks import check_sizes
 from .criteo import CRITEO_1TB_CARDINALITIES, CRITEO_KAGGLE_CARDINALITIES
 from .logs import ClickLogs
 
@@ -215,14 +216,6 @@ def _draw_block(key: list, n: int, cardinalities: tuple, n_dense: int):
     return counts, ids, raw(n_dense + len(cardinalities))
 
 
-def _check_cardinalities(cardinalities) -> tuple:
-    cards = tuple(int(c) for c in cardinalities)
-    if not cards or min(cards) < 1 or max(cards) >= 1 << 31:
-        raise ValueError(f"cardinalities must be 1 .. 2**31 - 1 ids per table (and at least one "
-                         f"table), got {list(cardinalities)[:6]}...")
-    return cards
-
-
 def make_click_logs(n_rows: int, *, seed: int = 0, cardinalities: Sequence[int] | None = None,
                     n_dense: int = 13, first_row: int = 0,
                     planted: PlantedClickModel = PlantedClickModel()) -> ClickLogs:
@@ -239,7 +232,8 @@ def make_click_logs(n_rows: int, *, seed: int = 0, cardinalities: Sequence[int] 
         raise ValueError(f"n_rows and first_row must be >= 0, got {n_rows} and {first_row}.")
     if n_dense < 0:
         raise ValueError(f"n_dense must be >= 0, got {n_dense}.")
-    cards = _check_cardinalities(criteo_cardinalities(1 / 1000) if cardinalities is None else cardinalities)
+    cards = criteo_cardinalities(1 / 1000) if cardinalities is None else cardinalities
+    cards = check_sizes(cards, most=(1 << 31) - 1)
     params = planted.parameters(cards, n_dense)
     n_tables = len(cards)
     dense = np.empty((n_rows, n_dense), np.float32)

@@ -5,7 +5,8 @@
   hooks while backward runs, and ``no_sync`` for gradient accumulation; and
   ``settle_ddp_buckets`` for torch's DDP (its buckets rebuilt before the first step).
 * ``train``: ``ddp_worker`` (one rank; naive, bucketed or torch DDP) and
-  ``train_single`` (one process on the global batch), same data and seeds.
+  ``train_single`` (one process on the global batch), same data, seeds and loop
+  (``course_utils.train.fit``); ``rank_loader`` / ``global_loader`` stream their batches.
 * ``step_timing``: step times of the variants, run side by side (what buckets save).
 * ``compare``: single process vs DataParallel vs DDP on the same model and data.
 
@@ -13,9 +14,9 @@ Taught in chapter 04 (chapter 03's threads against processes: ``course_utils.gil
 """
 from .bucketed import Bucket, BucketedDDP, make_buckets, settle_ddp_buckets
 from .naive import NaiveDDP, broadcast_parameters
-from .train import (KINDS, TrainSettings, ddp_worker, finish_gradient_sync, global_batches, max_difference,
-                    rank_batches, sampler_indices, train_single, wrap)
+from .train import (KINDS, TrainSettings, ddp_worker, finish_gradient_sync, global_batches, global_loader,
+                    max_difference, rank_batches, rank_loader, sampler_indices, train_single, wrap)
 
 __all__ = ["NaiveDDP", "BucketedDDP", "Bucket", "make_buckets", "settle_ddp_buckets", "broadcast_parameters",
            "KINDS", "TrainSettings", "ddp_worker", "train_single", "wrap", "finish_gradient_sync",
-           "sampler_indices", "rank_batches", "global_batches", "max_difference"]
+           "sampler_indices", "rank_loader", "global_loader", "rank_batches", "global_batches", "max_difference"]

@@ -49,9 +49,9 @@ def compare_single_dp_ddp(train: ClickLogs, test: ClickLogs, model_config: DLRMC
         for name, kind in (("DDP by hand (2 processes)", "bucketed"), ("torch DDP (2 processes)", "torch")):
             runs[name] = launch(ddp_worker, kind, train, model_config, settings, test,
                                 world_size=2, timeout=timeout, show_output=False)
-    table = pd.DataFrame({name: {"samples/s": r[0]["samples_per_s"], "wall s": r[0]["seconds"],
-                                 "CPU s busiest": max(x["cpu_seconds"] for x in r), "AUC": r[0]["auc"],
-                                 "logloss": r[0]["logloss"], "steps": len(r[0]["step_loss"])}
+    table = pd.DataFrame({name: {"samples/s": r[0].samples_per_s, "wall s": r[0].seconds,
+                                 "CPU s busiest": max(x.cpu_seconds for x in r), "AUC": r[0].final["auc"],
+                                 "logloss": r[0].final["logloss"], "steps": len(r[0].step_loss)}
                           for name, r in runs.items()}).T
     table["steps"] = table["steps"].astype(int)
     return table

@@ -34,6 +34,6 @@ def step_times(data, model_config: DLRMConfig, settings: TrainSettings, variants
         for name in variants:
             kind, options = VARIANTS[name]
             run = ddp_worker(kind, data, model_config, settings, **options)
-            seconds[name] += run["step_seconds"][warmup_steps:]
-            states[name], collectives[name] = run["state"], run["collectives"]
+            seconds[name] += run.step_seconds[warmup_steps:]
+            states[name], collectives[name] = run.state, run.collectives
     return {"seconds": seconds, "states": states, "collectives": collectives}

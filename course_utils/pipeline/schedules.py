@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ..checks import check_whole
+
 KINDS = ("F", "B", "W")
 
 
@@ -68,11 +70,6 @@ class Schedule:
                                    for d, acts in enumerate(self.devices)])
 
 
-def _check_whole(name: str, value, low: int = 1) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
-
-
 def _check_enough_microbatches(schedule: str, p: int, m: int) -> None:
     if m < p:
         raise ValueError(
@@ -86,8 +83,8 @@ def gpipe(p: int, m: int) -> Schedule:
 
     Every device holds all m micro-batches' activations at its peak.
     """
-    _check_whole("p", p)
-    _check_whole("m", m)
+    check_whole("p", p)
+    check_whole("m", m)
     devices = tuple(tuple([Action("F", d, j) for j in range(m)] + [Action("B", d, j) for j in range(m)])
                     for d in range(p))
     return Schedule("GPipe", p, m, 1, devices)
@@ -109,8 +106,8 @@ def one_f_one_b(p: int, m: int) -> Schedule:
     Device d starts p-1-d forwards, then alternates, so it never holds more
     than p-d micro-batches' activations; the bubble equals GPipe's. Needs m >= p.
     """
-    _check_whole("p", p)
-    _check_whole("m", m)
+    check_whole("p", p)
+    check_whole("m", m)
     _check_enough_microbatches("one_f_one_b", p, m)
     devices = tuple(tuple(Action(kind, d, j) for kind, j in one_f_one_b_order(p, m, d)) for d in range(p))
     return Schedule("1F1B", p, m, 1, devices)
@@ -124,9 +121,9 @@ def interleaved_1f1b(p: int, m: int, v: int) -> Schedule:
     chunks in reverse. Device d warms up with 2(p-1-d) + (v-1)p forwards. The
     bubble shrinks v times, (p-1)/(vm) of the ideal time. Needs m a multiple of p.
     """
-    _check_whole("p", p)
-    _check_whole("m", m)
-    _check_whole("v", v)
+    check_whole("p", p)
+    check_whole("m", m)
+    check_whole("v", v)
     if v == 1:
         return one_f_one_b(p, m)
     _check_enough_microbatches("interleaved_1f1b", p, m)
@@ -158,8 +155,8 @@ def zero_bubble_h1(p: int, m: int) -> Schedule:
     Every device then holds up to p micro-batches (1F1B's device 0 peak), and
     the bubble falls from (p-1)(F+B+W) to (p-1)(F+B-W). Needs m >= p.
     """
-    _check_whole("p", p)
-    _check_whole("m", m)
+    check_whole("p", p)
+    check_whole("m", m)
     _check_enough_microbatches("zero_bubble_h1", p, m)
     devices = []
     for d in range(p):

@@ -91,8 +91,9 @@ def main(argv=None) -> None:
     try:
         train, held_out, model_config, settings = inputs(args, dist.get_rank(), dist.get_world_size())
         run = ddp_worker(args.kind, train, model_config, settings, eval_data=held_out)
-        report = {k: run.get(k) for k in ("rank", "world_size", "kind", "step_loss", "samples", "auc", "logloss")}
-        report.update(backend=dist.get_backend(), fingerprint=fingerprint(run["state"]))
+        report = {"rank": run.rank, "world_size": run.world_size, "kind": run.kind, "step_loss": run.step_loss,
+                  "samples": run.samples, "auc": run.final.get("auc"), "logloss": run.final.get("logloss")}
+        report.update(backend=dist.get_backend(), fingerprint=fingerprint(run.state))
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / f"rank{report['rank']}.json").write_text(json.dumps(report))
         if report["rank"] == 0:

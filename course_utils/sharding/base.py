@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
+from ..checks import check_ids
 from ..hardware import rank_device
 from .alltoall import Traffic
 from .plan import Shard, ShardingPlan
@@ -83,21 +84,8 @@ class ShardedEmbeddingBags(nn.Module):
 
     def _bags(self, ids: torch.Tensor) -> torch.Tensor:
         """Check ``ids`` and return them as ``[B, T, L]`` int64 on this rank's device."""
-        plan = self.plan
-        if ids.dim() not in (2, 3) or ids.shape[1] != plan.n_tables:
-            raise ValueError(f"ids must be [B, {plan.n_tables}] or [B, {plan.n_tables}, L] (ids per table), "
-                             f"got shape {tuple(ids.shape)}")
-        if ids.dtype != torch.int64:
-            raise TypeError(f"ids must be int64, got {ids.dtype}; use ids.long()")
-        bags = ids.unsqueeze(-1) if ids.dim() == 2 else ids
-        if bags.numel():
-            high = torch.tensor(plan.cardinalities, device=bags.device).view(1, -1, 1)
-            bad = ((bags < 0) | (bags >= high)).any(dim=2).any(dim=0)
-            if bad.any():
-                t = int(bad.nonzero()[0])
-                raise IndexError(f"table {t} has {plan.cardinalities[t]} rows but got ids in "
-                                 f"[{int(bags[:, t].min())}, {int(bags[:, t].max())}]; hash or clip ids into range")
-        return bags.to(self.device)
+        check_ids(ids, self.plan.cardinalities, bags=True)
+        return (ids.unsqueeze(-1) if ids.dim() == 2 else ids).to(self.device)
 
     def shard_gradients(self) -> list:
         """``[(shard, grad)]`` for this rank's shards (grad None before a backward pass)."""

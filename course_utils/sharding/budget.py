@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..checks import check_choice
 from ..models import OPTIMIZER_STATE_COPIES, format_bytes
 from .plan import ShardingPlan
 
@@ -32,8 +33,7 @@ class MemoryBudget:
     itemsize: int = 4
 
     def __post_init__(self):
-        if self.optimizer not in OPTIMIZER_STATE_COPIES:
-            raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of {sorted(OPTIMIZER_STATE_COPIES)}")
+        check_choice("optimizer", self.optimizer, OPTIMIZER_STATE_COPIES)
         if self.bytes_per_rank <= 0:
             raise ValueError(f"bytes_per_rank must be positive, got {self.bytes_per_rank}")
 

@@ -23,6 +23,8 @@ from typing import Sequence
 
 import torch
 
+from ..checks import check_sizes, check_whole
+
 __all__ = ["KINDS", "Shard", "ShardingPlan", "plan_table_wise", "plan_row_wise", "plan_column_wise",
            "make_plan"]
 
@@ -126,12 +128,9 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def _check(cardinalities: Sequence[int], dim: int, world_size: int) -> tuple:
-    cards = tuple(int(c) for c in cardinalities)
-    if not cards or min(cards) < 1:
-        raise ValueError(f"cardinalities must be positive table sizes, got {list(cardinalities)[:6]}")
-    if dim < 1 or world_size < 1:
-        raise ValueError(f"dim and world_size must be >= 1, got dim={dim}, world_size={world_size}")
-    return cards
+    check_whole("dim", dim)
+    check_whole("world_size", world_size)
+    return check_sizes(cardinalities)
 
 
 def plan_table_wise(cardinalities: Sequence[int], dim: int, world_size: int) -> ShardingPlan:
