@@ -8,6 +8,8 @@ there is one, the fix. Nothing here imports the rest of ``course_utils``.
     check_sizes(cardinalities)           table sizes: whole numbers >= 1, at least one table
     check_whole("world_size", n)         a whole number (bools refused), >= 1 by default
     check_choice("optimizer", name, options)   a name among known ones
+
+Not taught in a chapter: the input checks the taught functions share, kept out of their way.
 """
 from __future__ import annotations
 

@@ -11,6 +11,8 @@ gradients over the ranks. The embedding gradients arrive *summed* over the ranks
 through the reverse all-to-all; a hook divides them by ``W`` so that both parts get
 the gradient of the mean loss over the global batch: exactly what single-process
 training computes, so the two train the same model.
+
+Taught in chapter 07.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import sharding
-from .checkpoint import settle_ddp_buckets
+from .ddp import settle_ddp_buckets
 from .data import Batch, ClickLogs
 from .data.loaders import InMemoryBatches, MapBatches
 from .metrics import scores
@@ -99,6 +101,15 @@ class HybridDLRM(nn.Module):
         if embedded.requires_grad:  # summed over ranks on the way back: make it the mean, like DDP
             embedded.register_hook(lambda grad: grad / self.world_size)
         return self.dense(dense.to(device), embedded).to(dense.device)  # logits where the input was
+
+    def checkpoint_entries(self) -> list:
+        """``[(name, parameter, place)]``: what a sharded checkpoint saves of this model
+        (``course_utils.checkpoint.sharded``): each table shard placed in its whole table, and the
+        dense layers (replicated, ``place`` None)."""
+        from .sharding.dtensor import checkpoint_entries
+
+        return checkpoint_entries(self.embeddings, "embeddings") + [
+            (f"dense.{name}", p, None) for name, p in self.dense.module.named_parameters()]
 
 
 def local_rows(batch: Batch, rank: int, world_size: int) -> Batch:

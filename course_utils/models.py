@@ -8,6 +8,8 @@
 with ``P = (T + 1) T / 2``. The embedding part (``model.embeddings``) and the
 dense part (``model.bottom``, ``model.top``) are kept apart, because later
 chapters shard the first and replicate the second.
+
+Taught in chapter 01.
 """
 from __future__ import annotations
 

@@ -11,6 +11,8 @@ hybrid training (``course_utils.hybrid``) all run, so they all return a ``Histor
             loss.backward(); finish_gradient_sync(model)  #   DDP by hand averages gradients here
             optimizer.step()
         [over ranks: average the epoch's step losses]; evaluate
+
+Taught in chapters 01 (the step) and 04 (one loop for every variant).
 """
 from __future__ import annotations
 

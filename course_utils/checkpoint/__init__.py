@@ -22,7 +22,6 @@ Modules: ``replicated`` (rank-0 save, load, the resumable sampler, the training 
 
 Taught in chapter 08.
 """
-from ..ddp.bucketed import settle_ddp_buckets  # TEMPORARY: hybrid.py still imports it from here (see report)
 from .interval import young_daly_interval
 from .replicated import (ResumableSampler, load_on_every_rank, restore_training_state, save_on_rank0,
                          training_state)

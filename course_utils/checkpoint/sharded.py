@@ -35,19 +35,11 @@ class ShardedModel(Protocol):
 
 
 def checkpoint_entries(model: ShardedModel) -> list[Entry]:
-    """``model.checkpoint_entries()``."""
-    if hasattr(model, "checkpoint_entries"):
-        return model.checkpoint_entries()
-    return _hybrid_dlrm_entries(model)
-
-
-def _hybrid_dlrm_entries(model) -> list[Entry]:
-    # TEMPORARY, until HybridDLRM has its own checkpoint_entries (hybrid.py is being changed on
-    # another branch): exactly what that method is to return. Delete this function then.
-    from ..sharding.dtensor import checkpoint_entries as table_entries
-
-    return table_entries(model.embeddings, "embeddings") + [
-        (f"dense.{name}", p, None) for name, p in model.dense.module.named_parameters()]
+    """``model.checkpoint_entries()``, with a clear error for a model that has none."""
+    if not hasattr(model, "checkpoint_entries"):
+        raise TypeError(f"{type(model).__name__} has no checkpoint_entries(): a sharded checkpoint needs the "
+                        "model to list [(name, parameter, place)] (see ShardedModel; HybridDLRM has one)")
+    return model.checkpoint_entries()
 
 
 def sharded_state_dict(model, optimizer) -> dict:

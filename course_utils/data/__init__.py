@@ -9,6 +9,8 @@
 The loaders the training loop iterates (``loaders.py``; ``ParquetBatches`` streams parquet row
 groups, ``stream.py``) need torch: they are imported on first use, so that ``python -m
 course_utils.data`` and code that only makes data stay light.
+
+Taught in chapters 01 (synthetic logs) and 04 (parquet partitions, streaming).
 """
 from .criteo import (CRITEO_1TB_CARDINALITIES, CRITEO_1TB_ROWS, CRITEO_1TB_ROWS_PER_DAY,
                      CRITEO_1TB_TRAIN_ROWS, CRITEO_KAGGLE_CARDINALITIES, CRITEO_KAGGLE_ROWS,

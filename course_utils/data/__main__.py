@@ -2,6 +2,8 @@
 
     python -m course_utils.data repartition SRC DST ROW_GROUPS
     python -m course_utils.data info FILE
+
+Not taught in a chapter: the command line behind the README's data helpers.
 """
 import sys
 

@@ -9,6 +9,8 @@ The format: one row per line, tab-separated, 40 fields::
 
 ``label`` is 0/1, ``I1..I13`` integers (mostly counts, some negative), ``C1..C26``
 32-bit hashes written as 8 hex characters; a missing value is an empty field.
+
+Taught in chapter 01 (real Criteo files, read from a path you give).
 """
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ like a torch ``DataLoader`` over a dataset with a ``DistributedSampler``::
     rank_loader(data, ...)                    the first three, chosen by the type of ``data``
 
 Batches are made as the loop asks for them, never a whole epoch ahead.
+
+Taught in chapter 04.
 """
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The click-log container every chapter passes around, and mini-batches of it."""
+"""The click-log container every chapter passes around, and mini-batches of it.
+
+Taught in chapter 01.
+"""
 from __future__ import annotations
 
 import re

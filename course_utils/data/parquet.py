@@ -6,6 +6,8 @@ file with another count. From a shell::
 
     python -m course_utils.data repartition SRC DST ROW_GROUPS
     python -m course_utils.data info FILE
+
+Taught in chapter 04 (row groups as partitions).
 """
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ ones as the smallest share allows, so that data-parallel ranks step together.
 
 ``in_memory=True`` reads the rank's whole share once, keeps it, and yields exactly the same
 batches from memory (for small files, or to compare: ``benchmarks/data_loading.py``).
+
+Taught in chapter 04 (batches streamed from row groups).
 """
 from __future__ import annotations
 

@@ -20,6 +20,8 @@ uniform draw lands within about 1e-16 of its probability.
 Rows come in blocks of ``BLOCK_ROWS``; column ``c`` of block ``b`` of seed
 ``s`` is drawn from ``PCG64([s, b, c])``. So rows ``[a, b)`` can be made without making rows before
 ``a`` (``first_row=a``), e.g. each rank making only its own share.
+
+Taught in chapter 01.
 """
 from __future__ import annotations
 

@@ -14,6 +14,8 @@ the parameters agree up to float rounding. The loop is ``course_utils.train.fit`
 
 The mean of the ranks' mean gradients is the mean gradient of the global batch
 because every rank has the same number of rows.
+
+Taught in chapter 04.
 """
 from __future__ import annotations
 

@@ -7,6 +7,8 @@ gets back the pooled embeddings of its own rows, ``[B, T, D]``, exactly what
 :func:`lookup_unsharded` computes from the whole tables. In between, ids travel to
 the ranks that hold the rows, and pooled vectors travel back (``exchange``).
 Every rank must pass the same ``B`` (the receivers size their buffers from it).
+
+Taught in chapter 07.
 """
 from __future__ import annotations
 
