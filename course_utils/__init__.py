@@ -54,7 +54,7 @@ _HOME = {
     "launch": "launcher", "LaunchError": "launcher", "LaunchTimeoutError": "launcher", "RankFailedError": "launcher",
     "devices": "hardware", "gpu_count": "hardware", "gpu_names": "hardware", "pick_backend": "hardware",
     "rank_device": "hardware",
-    "environment": "notebook", "show_source": "notebook",
+    "environment": "notebook", "show_source": "notebook", "show_diff": "notebook",
 }
 __all__ = list(_HOME)
 

@@ -1,13 +1,16 @@
 """Small helpers for the notebooks: where we run, and showing the package's code.
 
-Taught in chapter 00 (``environment``, ``show_source``).
+Taught in chapter 00 (``environment``, ``show_source``); ``show_diff`` in chapters 04 and 06.
 """
 from __future__ import annotations
 
+import difflib
 import inspect
 import multiprocessing
 import os
 import sys
+import textwrap
+from pathlib import Path
 
 
 def environment() -> str:
@@ -32,10 +35,37 @@ def in_kernel() -> bool:
     return kernel and multiprocessing.parent_process() is None
 
 
+def source_of(obj) -> tuple[str, str]:
+    """``(header, source)`` of a function, class, method or module: the header names its file
+    (relative to the package's parent) and its qualified name; the source is dedented, so a
+    method reads like a function."""
+    path = Path(inspect.getsourcefile(inspect.unwrap(obj))).resolve()  # a decorated method's own file
+    try:
+        where = path.relative_to(Path(__file__).resolve().parents[1])
+    except ValueError:
+        where = path
+    name = getattr(obj, "__qualname__", getattr(obj, "__name__", ""))
+    header = f"# {where.as_posix()}" + (f"  {name}" if name else "")  # no line number: it shifts with edits
+    return header, textwrap.dedent(inspect.getsource(obj)).rstrip()
+
+
 def show_source(obj) -> None:
-    """Print the source of a function, class or module from course_utils.
+    """Print the source of a function, class, method or module from course_utils, headed by
+    the file and name it comes from.
 
     Notebooks call this instead of pasting a copy, so the text a learner reads
     is the code that runs.
     """
-    print(inspect.getsource(obj).rstrip())
+    header, source = source_of(obj)
+    print(header)
+    print(source)
+
+
+def show_diff(before, after, context: int = 3) -> None:
+    """Print what changes from ``before``'s source to ``after``'s, as a unified diff
+    (lines starting ``-`` go, ``+`` come): each step of the course as a small change of
+    the last, e.g. ``show_diff(NaiveDDP, BucketedDDP)``."""
+    (head_a, a), (head_b, b) = source_of(before), source_of(after)
+    lines = difflib.unified_diff(a.splitlines(), b.splitlines(), fromfile=head_a[2:], tofile=head_b[2:],
+                                 n=context, lineterm="")
+    print("\n".join(lines))
