@@ -22,6 +22,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from .sharding.plan import place_largest_first
+
 
 def partition_sequential(model: nn.Sequential, parts: int | Sequence[int]) -> list[nn.Sequential]:
     """Cut ``model`` into consecutive pieces: ``parts`` equal ones, or the given layer counts.
@@ -98,11 +100,8 @@ def place_embedding_tables(model, devices: Sequence[torch.device], balance: bool
     holding the fewest bytes so far (greedy); else round robin. Returns each table's
     index into ``devices``."""
     sizes = [bag.weight.nbytes for bag in model.embeddings]
-    if balance:
-        load, where = [0] * len(devices), [0] * len(sizes)
-        for t in sorted(range(len(sizes)), key=lambda t: -sizes[t]):
-            where[t] = min(range(len(devices)), key=lambda d: load[d])
-            load[where[t]] += sizes[t]
+    if balance:                                    # the greedy rule of table-wise sharding (chapter 07)
+        where = place_largest_first(sizes, len(devices))
     else:
         where = [t % len(devices) for t in range(len(sizes))]
     for bag, d in zip(model.embeddings, where):

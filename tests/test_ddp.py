@@ -7,8 +7,8 @@ import torch.distributed as dist
 from torch import nn
 
 from course_utils import RankFailedError, data, launch
-from course_utils.ddp import (KINDS, BucketedDDP, NaiveDDP, TrainSettings, broadcast_parameters, ddp_worker,
-                              finish_gradient_sync, make_buckets, max_difference, train_single, wrap)
+from course_utils.ddp import (DDP_KINDS, BucketedDDP, NaiveDDP, TrainSettings, broadcast_parameters,
+                              ddp_worker, finish_gradient_sync, make_buckets, max_difference, train_single, wrap)
 from course_utils.models import DLRMConfig
 
 CARDS = [3, 16, 100, 400, 1000]
@@ -32,7 +32,7 @@ def logs():
 
 def every_kind(logs, settings):
     """On each rank: one run per DDP kind (naive, bucketed, torch), same data and seeds."""
-    return {kind: ddp_worker(kind, logs, CONFIG, settings) for kind in KINDS}
+    return {kind: ddp_worker(kind, logs, CONFIG, settings) for kind in DDP_KINDS}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_every_ddp_equals_single_process_training_on_the_global_batch(runs, opti
     # float32 sums in another order differ by ~1e-7 relative; 12 steps keep that far below the tolerance
     # (Adam divides by sqrt(v), which magnifies rounding in tiny gradients: hence its looser bound)
     per_rank, single = runs[optimizer]
-    for kind in KINDS:
+    for kind in DDP_KINDS:
         assert max_difference(per_rank[0][kind].state, single.state) < tolerance, kind
         assert per_rank[0][kind].step_loss == pytest.approx(single.step_loss, abs=1e-5), kind
 
@@ -58,7 +58,7 @@ def test_every_ddp_equals_single_process_training_on_the_global_batch(runs, opti
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_ranks_stay_identical_and_by_hand_equals_torch_ddp(runs, optimizer):
     per_rank, _ = runs[optimizer]
-    for kind in KINDS:
+    for kind in DDP_KINDS:
         assert max_difference(per_rank[0][kind].state, per_rank[1][kind].state) == 0.0, kind
     for kind in ("naive", "bucketed"):
         assert max_difference(per_rank[0][kind].state, per_rank[0]["torch"].state) < 1e-6, kind

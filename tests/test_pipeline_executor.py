@@ -10,6 +10,7 @@ from course_utils.pipeline import (MLPConfig, Op, gpipe, interleaved_1f1b, lower
                                    run_schedule, run_schedules, zero_bubble_h1)
 from course_utils.pipeline.executor import StageWorker, batches
 from course_utils.pipeline.runs import collect, pipeline_rank
+from course_utils.pipeline.schedules import ScheduleKind
 from course_utils.pipeline.torch_pipelining import compare_with_torch, run_torch_pipeline
 
 CONFIG = MLPConfig(width=32, layers=4, batch=24, seed=3)
@@ -90,7 +91,7 @@ def test_executor_posts_every_message_in_a_batch(schedules, reference):
     per_rank = launch(pipeline_rank_with_only_batched_p2p, schedules, CONFIG, 1, world_size=p, timeout=TIMEOUT,
                       show_output=False)
     for i, schedule in enumerate(schedules):
-        run = collect(schedule, [results[i] for results, _ in per_rank], warmup=0)
+        run = collect([results[i] for results, _ in per_rank], warmup=0, schedule=schedule)
         assert abs(run.loss - reference[0]) < 1e-6, schedule.name
         assert_same(run.grads, reference[1])
         for d, actions in enumerate(schedule.devices):
@@ -209,7 +210,9 @@ def test_bad_sizes_fail_before_any_process_starts():
     with pytest.raises(ValueError, match="batch 24 cannot be cut into 5 equal micro-batches"):
         run_schedule(gpipe(2, 5), CONFIG)
     with pytest.raises(ValueError, match="v > 1 .* goes with 'interleaved_1f1b' only"):
-        run_torch_pipeline("1f1b", 2, 4, CONFIG, v=2)
+        run_torch_pipeline(ScheduleKind.ONE_F_ONE_B, 2, 4, CONFIG, v=2)
+    with pytest.raises(ValueError, match=r"unknown schedule 'zero_bubble_h1'; choose one of \['gpipe', '1f1b', "):
+        run_torch_pipeline(ScheduleKind.ZERO_BUBBLE_H1, 2, 4, CONFIG)
     with pytest.raises(ValueError, match="no torch schedule is compared with 'ZB-H1'"):
         compare_with_torch(zero_bubble_h1(2, 4), CONFIG)
     with pytest.raises(ValueError, match=r"need the same p, got \[2, 3\]"):

@@ -4,8 +4,9 @@ import itertools
 
 import pytest
 
-from course_utils.pipeline import (Action, Schedule, check_lowered, gpipe, interleaved_1f1b, lower, one_f_one_b,
-                                   run_in_order, validate, zero_bubble_h1)
+from course_utils.pipeline import SCHEDULES as BUILDERS
+from course_utils.pipeline import (SCHEDULE_KINDS, Action, Schedule, ScheduleKind, check_lowered, gpipe,
+                                   interleaved_1f1b, lower, one_f_one_b, run_in_order, validate, zero_bubble_h1)
 from course_utils.pipeline.mlp import MLPConfig
 
 
@@ -27,6 +28,21 @@ SCHEDULES = list(all_schedules())
 def test_many_schedules_were_generated():
     assert len(SCHEDULES) > 150
     assert {s.name for s in SCHEDULES} == {"GPipe", "1F1B", "ZB-H1", "Interleaved 1F1B"}
+
+
+def test_one_kind_per_schedule_its_value_its_title_and_its_builder():
+    made = {ScheduleKind.GPIPE: gpipe(2, 2), ScheduleKind.ONE_F_ONE_B: one_f_one_b(2, 2),
+            ScheduleKind.INTERLEAVED_1F1B: interleaved_1f1b(2, 2, 2), ScheduleKind.ZERO_BUBBLE_H1: zero_bubble_h1(2, 2)}
+    assert [str(kind) for kind in ScheduleKind] == ["gpipe", "1f1b", "interleaved_1f1b", "zero_bubble_h1"]
+    assert [kind.title for kind in ScheduleKind] == ["GPipe", "1F1B", "Interleaved 1F1B", "ZB-H1"]
+    for kind, schedule in made.items():
+        assert schedule.kind is kind and schedule.name == kind.title and kind == kind.value
+        assert BUILDERS[kind] is SCHEDULE_KINDS[kind].build and BUILDERS[kind.value] is BUILDERS[kind]
+        assert str(schedule).startswith(f"{kind.title}: p=2 devices")
+    assert interleaved_1f1b(2, 2, 1).kind is ScheduleKind.ONE_F_ONE_B      # v = 1 is plain 1F1B
+    assert Schedule("1f1b", 1, 1, 1, ()).kind is ScheduleKind.ONE_F_ONE_B   # the value is accepted
+    with pytest.raises(ValueError, match="'1F1B' is not a valid ScheduleKind"):
+        Schedule("1F1B", 1, 1, 1, ())
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"{s.name}-p{s.p}-m{s.m}-v{s.v}")
@@ -122,7 +138,7 @@ def test_v_must_be_a_whole_number_and_divide_the_layers():
 def _edit(schedule, device, actions):
     devices = list(schedule.devices)
     devices[device] = tuple(actions)
-    return Schedule(schedule.name, schedule.p, schedule.m, schedule.v, tuple(devices), schedule.split_backward)
+    return Schedule(schedule.kind, schedule.p, schedule.m, schedule.v, tuple(devices), schedule.split_backward)
 
 
 def test_validate_names_a_duplicate_a_missing_action_and_a_wrong_device():

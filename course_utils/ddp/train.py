@@ -36,11 +36,11 @@ from ..train import History, evaluate, finish_gradient_sync, fit, make_optimizer
 from .bucketed import BucketedDDP
 from .naive import NaiveDDP
 
-__all__ = ["KINDS", "TrainSettings", "wrap", "rank_device", "finish_gradient_sync", "sampler_indices",
+__all__ = ["DDP_KINDS", "TrainSettings", "wrap", "rank_device", "finish_gradient_sync", "sampler_indices",
            "rank_loader", "global_loader", "rank_batches", "global_batches", "ddp_worker", "train_single",
            "max_difference"]
 
-KINDS = ("naive", "bucketed", "torch")
+DDP_KINDS = ("naive", "bucketed", "torch")
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def wrap(model: nn.Module, kind: str, **options) -> nn.Module:
     A model on a GPU gets ``device_ids=[its GPU]`` for torch DDP (one GPU per process)."""
     makers = {"naive": NaiveDDP, "bucketed": BucketedDDP, "torch": DistributedDataParallel}
     if kind not in makers:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        raise ValueError(f"kind must be one of {DDP_KINDS}, got {kind!r}")
     device = next(model.parameters()).device
     if kind == "torch" and device.type == "cuda":
         options = {"device_ids": [device], **options}

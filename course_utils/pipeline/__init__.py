@@ -7,7 +7,7 @@
     timeline.bubble_fraction, timeline.peak_activations(), timeline.plot()
     run_schedule(schedule, MLPConfig(...))  # real processes, the same Timeline, measured
 
-Modules: ``schedules`` (actions, the four schedules, validation), ``lowering``
+Modules: ``schedules`` (actions, the four schedules and their kinds, validation), ``lowering``
 (receive / compute / send programs, deadlock check), ``timeline`` (the Timeline
 type), ``simulate`` (costs, simulator, formulas), ``plot``, ``trace`` (Chrome /
 Perfetto JSON), ``mlp`` (the model cut into stages), ``executor`` (one process's
@@ -20,15 +20,16 @@ Taught in chapter 06.
 from .lowering import Op, check_lowered, lower
 from .runs import MeasuredRun, PipelineRun, run_schedule, run_schedules
 from .mlp import MLPConfig, reference_step
-from .schedules import (SCHEDULES, Action, Schedule, gpipe, interleaved_1f1b, one_f_one_b, run_in_order,
-                        validate, zero_bubble_h1)
+from .schedules import (SCHEDULE_KINDS, SCHEDULES, Action, Schedule, ScheduleKind, gpipe, interleaved_1f1b,
+                        one_f_one_b, run_in_order, validate, zero_bubble_h1)
 from .simulate import (Costs, expected_bubble_fraction, gpipe_bubble_fraction, interleaved_bubble_ratio,
                        measured_costs, simulate, zb_h1_bubble_time)
 from .timeline import Event, Timeline
 from .trace import chrome_trace
 
-__all__ = ["Action", "Schedule", "gpipe", "one_f_one_b", "interleaved_1f1b", "zero_bubble_h1", "SCHEDULES",
-           "validate", "run_in_order", "Op", "lower", "check_lowered", "Event", "Timeline", "Costs", "simulate",
-           "expected_bubble_fraction", "gpipe_bubble_fraction", "interleaved_bubble_ratio", "zb_h1_bubble_time",
-           "measured_costs", "MLPConfig", "reference_step", "MeasuredRun", "PipelineRun", "run_schedule", "run_schedules",
+__all__ = ["Action", "Schedule", "ScheduleKind", "SCHEDULE_KINDS", "gpipe", "one_f_one_b",
+           "interleaved_1f1b", "zero_bubble_h1", "SCHEDULES", "validate", "run_in_order", "Op", "lower",
+           "check_lowered", "Event", "Timeline", "Costs", "simulate", "expected_bubble_fraction",
+           "gpipe_bubble_fraction", "interleaved_bubble_ratio", "zb_h1_bubble_time", "measured_costs",
+           "MLPConfig", "reference_step", "MeasuredRun", "PipelineRun", "run_schedule", "run_schedules",
            "chrome_trace"]

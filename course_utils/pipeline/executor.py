@@ -50,7 +50,7 @@ from torch import nn
 from ..timing import CudaSpan, synchronize
 from .lowering import consumer_stage, lower
 from .mlp import MLPConfig, loss_fn
-from .schedules import KINDS, Action, Schedule, dependencies, execution_order
+from .schedules import ACTION_KINDS, Action, Schedule, dependencies, execution_order
 
 
 class StageWorker:
@@ -121,7 +121,8 @@ class StageWorker:
 
 
 def _tag(action: Action, schedule: Schedule) -> int:
-    return (KINDS.index(action.kind) * schedule.num_stages + action.stage) * schedule.m + action.microbatch
+    kind = ACTION_KINDS.index(action.kind)
+    return (kind * schedule.num_stages + action.stage) * schedule.m + action.microbatch
 
 
 def action_steps(schedule: Schedule) -> dict[Action, int]:
@@ -233,7 +234,9 @@ class ScheduleRunner:
         self.steps.append(run_step(self.program, self.workers, self.schedule, self.data, self.device))
 
     def result(self) -> dict:
-        """Per step (events, ms); the gradients by name; the last stage's micro-batch losses."""
+        """Per step its wall time (ms) and its [(action, start ms, end ms)]; the last stage's
+        micro-batch losses (each a share of the mean); the gradients by name."""
         workers = self.workers.values()
-        return {"steps": self.steps, "losses": [loss for w in workers for loss in w.losses],
+        return {"times": [ms for _, ms in self.steps], "events": [events for events, _ in self.steps],
+                "losses": [loss for w in workers for loss in w.losses],
                 "grads": {name: p.grad.cpu() for w in workers for name, p in w.module.named_parameters()}}

@@ -81,16 +81,22 @@ def check_runnable(schedule: Schedule, config: MLPConfig, steps: int, warmup: in
         raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
 
 
-def collect(schedule: Schedule, results: list[dict], warmup: int) -> PipelineRun:
-    """Join the ranks' results of one schedule into a PipelineRun (warm-up steps dropped)."""
-    timelines, times = [], []
-    for k in range(warmup, len(results[0]["steps"])):
-        events = [Event(rank, a, start, end) for rank, r in enumerate(results) for a, start, end in r["steps"][k][0]]
-        timelines.append(Timeline(tuple(events), schedule.p, name=f"{schedule.name} (measured)", unit="ms",
-                                  meta={"v": schedule.v}))
-        times.append(max(r["steps"][k][1] for r in results))
+def collect(results: list[dict], warmup: int, schedule: Schedule | None = None) -> MeasuredRun:
+    """Join the ranks' results of one run (``runner.result()``, warm-up steps dropped): each step's
+    time (the slowest rank's), the loss (the sum of the micro-batches' shares) and the gradients by
+    name. With our executor's ``schedule``, a PipelineRun with each step's Timeline too; else (torch's
+    schedules) a MeasuredRun."""
+    steps = range(warmup, len(results[0]["times"]))
+    times = [max(r["times"][k] for r in results) for k in steps]
+    loss = sum(loss for r in results for loss in r["losses"])
     grads = {name: g for r in results for name, g in r["grads"].items()}
-    return PipelineRun(times, sum(loss for r in results for loss in r["losses"]), grads, timelines)
+    if schedule is None:
+        return MeasuredRun(times, loss, grads)
+    timelines = [Timeline(tuple(Event(rank, a, start, end) for rank, r in enumerate(results)
+                                for a, start, end in r["events"][k]),
+                          schedule.p, name=f"{schedule.name} (measured)", unit="ms", meta={"v": schedule.v})
+                 for k in steps]
+    return PipelineRun(times, loss, grads, timelines)
 
 
 def run_schedules(schedules: list, config: MLPConfig = MLPConfig(), steps: int = 3, warmup: int = 1,
@@ -104,7 +110,7 @@ def run_schedules(schedules: list, config: MLPConfig = MLPConfig(), steps: int =
         check_runnable(s, config, steps, warmup)
     results = launch(pipeline_rank, schedules, config, warmup + steps, world_size=schedules[0].p,
                      timeout=timeout, show_output=False)
-    return [collect(s, [r[i] for r in results], warmup) for i, s in enumerate(schedules)]
+    return [collect([r[i] for r in results], warmup, s) for i, s in enumerate(schedules)]
 
 
 def run_schedule(schedule: Schedule, config: MLPConfig = MLPConfig(), steps: int = 3, warmup: int = 1,

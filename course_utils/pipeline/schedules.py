@@ -13,6 +13,9 @@ ordered list of actions; stage ``n`` lives on device ``n % p``.
     interleaved_1f1b(p, m, v) 1F1B over v smaller stages per device (Megatron-LM)
     zero_bubble_h1(p, m)      1F1B with W deferred into the bubbles (Qi et al. 2023)
 
+``Schedule.kind`` ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble_h1", a ``ScheduleKind``) says which
+it is; ``SCHEDULE_KINDS`` maps a kind to its builder, display name (``kind.title``) and torch class.
+
 ``validate(schedule)`` checks that every action occurs exactly once, on the
 device that holds its stage, and that the per-device orders respect the
 dependencies (F(n,m) after F(n-1,m); B(n,m) after F(n,m) and B(n+1,m); W(n,m)
@@ -23,11 +26,28 @@ Taught in chapter 06 (sections 2 to 6, the schedules).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from enum import Enum
+from typing import Callable, NamedTuple
 
 from ..checks import check_whole
 
-KINDS = ("F", "B", "W")
+ACTION_KINDS = ("F", "B", "W")
+
+
+class ScheduleKind(str, Enum):
+    """Which schedule: equal to its string value (``ScheduleKind("1f1b") == "1f1b"``), so
+    either may be passed where a kind is expected. ``title`` is its display name."""
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED_1F1B = "interleaved_1f1b"
+    ZERO_BUBBLE_H1 = "zero_bubble_h1"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def title(self) -> str:  # shadows str.title: the display name, e.g. "1F1B"
+        return SCHEDULE_KINDS[self].title
 
 
 class Action(NamedTuple):
@@ -46,16 +66,23 @@ class Action(NamedTuple):
 class Schedule:
     """Per device (``devices[d]``), the ordered actions it runs.
 
-    p devices, m micro-batches, v stages per device (p * v stages in all;
-    stage n on device n % p). ``split_backward``: B is the input gradient only
-    and a separate W computes the weight gradient.
+    p devices, m micro-batches, v stages per device (p * v stages in all; stage n on device n % p).
+    ``split_backward``: B is the input gradient only and a separate W computes the weight gradient.
+    ``kind``: a ``ScheduleKind`` or its string value; ``name``: its display name, e.g. "1F1B".
     """
-    name: str
+    kind: ScheduleKind
     p: int
     m: int
     v: int
     devices: tuple
     split_backward: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "kind", ScheduleKind(self.kind))
+
+    @property
+    def name(self) -> str:
+        return self.kind.title
 
     @property
     def num_stages(self) -> int:
@@ -87,7 +114,7 @@ def gpipe(p: int, m: int) -> Schedule:
     check_whole("m", m)
     devices = tuple(tuple([Action("F", d, j) for j in range(m)] + [Action("B", d, j) for j in range(m)])
                     for d in range(p))
-    return Schedule("GPipe", p, m, 1, devices)
+    return Schedule(ScheduleKind.GPIPE, p, m, 1, devices)
 
 
 def one_f_one_b_order(p: int, m: int, d: int) -> list[tuple[str, int]]:
@@ -110,7 +137,7 @@ def one_f_one_b(p: int, m: int) -> Schedule:
     check_whole("m", m)
     _check_enough_microbatches("one_f_one_b", p, m)
     devices = tuple(tuple(Action(kind, d, j) for kind, j in one_f_one_b_order(p, m, d)) for d in range(p))
-    return Schedule("1F1B", p, m, 1, devices)
+    return Schedule(ScheduleKind.ONE_F_ONE_B, p, m, 1, devices)
 
 
 def interleaved_1f1b(p: int, m: int, v: int) -> Schedule:
@@ -144,7 +171,7 @@ def interleaved_1f1b(p: int, m: int, v: int) -> Schedule:
             order += [("F", warmup + i), ("B", i)]
         order += [("B", k) for k in range(total - warmup, total)]
         devices.append(tuple(Action(kind, *stage_and_microbatch(d, k, kind == "B")) for kind, k in order))
-    return Schedule("Interleaved 1F1B", p, m, v, tuple(devices))
+    return Schedule(ScheduleKind.INTERLEAVED_1F1B, p, m, v, tuple(devices))
 
 
 def zero_bubble_h1(p: int, m: int) -> Schedule:
@@ -170,11 +197,23 @@ def zero_bubble_h1(p: int, m: int) -> Schedule:
                     next_w += 1
         order += [Action("W", d, j) for j in range(next_w, m)]
         devices.append(tuple(order))
-    return Schedule("ZB-H1", p, m, 1, tuple(devices), split_backward=True)
+    return Schedule(ScheduleKind.ZERO_BUBBLE_H1, p, m, 1, tuple(devices), split_backward=True)
 
 
-SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved_1f1b": interleaved_1f1b,
-             "zb_h1": zero_bubble_h1}
+class KindInfo(NamedTuple):
+    """A kind's builder, display name and matching ``torch.distributed.pipelining`` class (or None)."""
+    build: Callable[..., Schedule]
+    title: str
+    torch_class: str | None
+
+
+SCHEDULE_KINDS = {
+    ScheduleKind.GPIPE: KindInfo(gpipe, "GPipe", "ScheduleGPipe"),
+    ScheduleKind.ONE_F_ONE_B: KindInfo(one_f_one_b, "1F1B", "Schedule1F1B"),
+    ScheduleKind.INTERLEAVED_1F1B: KindInfo(interleaved_1f1b, "Interleaved 1F1B", "ScheduleInterleaved1F1B"),
+    ScheduleKind.ZERO_BUBBLE_H1: KindInfo(zero_bubble_h1, "ZB-H1", None),
+}
+SCHEDULES = {kind: info.build for kind, info in SCHEDULE_KINDS.items()}  # kind -> builder
 
 
 def dependencies(action: Action, num_stages: int, split_backward: bool) -> list[Action]:
@@ -196,7 +235,7 @@ def validate(schedule: Schedule) -> Schedule:
     finishes (no device waits for an action that can never run).
     """
     s = schedule
-    kinds = KINDS if s.split_backward else ("F", "B")
+    kinds = ACTION_KINDS if s.split_backward else ("F", "B")
     if len(s.devices) != s.p:
         raise ValueError(f"{s.name}: expected action lists for {s.p} devices, got {len(s.devices)}")
     seen: dict[Action, int] = {}

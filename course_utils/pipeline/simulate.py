@@ -22,7 +22,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-from .schedules import SCHEDULES, Schedule, dependencies, execution_order, validate
+from .schedules import SCHEDULES, Schedule, ScheduleKind, dependencies, execution_order, validate
 from .timeline import Event, Timeline
 
 
@@ -101,15 +101,15 @@ def zb_h1_bubble_time(p: int, costs: Costs) -> float:
 def expected_bubble_fraction(schedule: Schedule, costs: Costs = Costs()) -> float:
     """The formula's bubble fraction (idle / devices x makespan) for ``schedule``, no comm."""
     p, m, v = schedule.p, schedule.m, schedule.v
-    if schedule.name in ("GPipe", "1F1B"):
+    if schedule.kind in (ScheduleKind.GPIPE, ScheduleKind.ONE_F_ONE_B):
         return gpipe_bubble_fraction(p, m)
-    if schedule.name == "Interleaved 1F1B":
+    if schedule.kind == ScheduleKind.INTERLEAVED_1F1B:
         ratio = interleaved_bubble_ratio(p, m, v)
         return ratio / (1 + ratio)
-    if schedule.name == "ZB-H1":
+    if schedule.kind == ScheduleKind.ZERO_BUBBLE_H1:
         idle = zb_h1_bubble_time(p, costs)
         return idle / (idle + m * (costs.F + costs.B + costs.W))
-    raise ValueError(f"no formula for a schedule named {schedule.name!r}")
+    raise ValueError(f"no formula for a schedule of kind {schedule.kind!r}")
 
 
 def plot_bubble_sweep(p: int, ms, v: int = 2, costs: Costs = Costs()):
@@ -120,16 +120,17 @@ def plot_bubble_sweep(p: int, ms, v: int = 2, costs: Costs = Costs()):
     from .plot import DPI
 
     fig, ax = plt.subplots(figsize=(6.5, 3.4), dpi=DPI, layout="constrained")
-    for (key, make), marker in zip(SCHEDULES.items(), "osD^"):
+    for (kind, make), marker in zip(SCHEDULES.items(), "osD^"):
+        interleaved = kind == ScheduleKind.INTERLEAVED_1F1B
         simulated, formula = [], []
         for m in ms:
-            schedule = make(p, m, v) if key == "interleaved_1f1b" else make(p, m)
+            schedule = make(p, m, v) if interleaved else make(p, m)
             c = costs.per_chunk(schedule.v)
             simulated.append(simulate(schedule, c).bubble_fraction)
             formula.append(expected_bubble_fraction(schedule, c))
-        line, = ax.plot(ms, formula, lw=1.2, alpha=0.8, ls="--" if key == "gpipe" else "-")
+        line, = ax.plot(ms, formula, lw=1.2, alpha=0.8, ls="--" if kind == ScheduleKind.GPIPE else "-")
         ax.plot(ms, simulated, marker, color=line.get_color(), ms=5, mfc="none",
-                label=f"{schedule.name}" + (f" (v={v})" if key == "interleaved_1f1b" else ""))
+                label=kind.title + (f" (v={v})" if interleaved else ""))
     ax.set_xlabel("micro-batches m", fontsize=9)
     ax.set_ylabel("bubble fraction", fontsize=9)
     ax.set_title(f"p = {p} devices, F={costs.F:g} B={costs.B:g} W={costs.W:g}: simulated (markers), "

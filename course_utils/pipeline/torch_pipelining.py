@@ -20,7 +20,8 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+from torch.distributed import pipelining
+from torch.distributed.pipelining import PipelineStage
 
 from ..compat import fix_init_handshake, step_accepts_return_outputs
 from ..hardware import devices
@@ -28,10 +29,11 @@ from ..launcher import launch
 from .executor import ScheduleRunner
 from .runs import MeasuredRun, PipelineRun, alternate, check_runnable, collect
 from .mlp import MLPConfig, loss_fn
-from .schedules import Schedule
+from .schedules import SCHEDULE_KINDS, Schedule, ScheduleKind
 
-TORCH_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f1b": ScheduleInterleaved1F1B}
-MATCHING = {"GPipe": "gpipe", "1F1B": "1f1b", "Interleaved 1F1B": "interleaved_1f1b"}
+# kind -> torch's schedule class, for the kinds torch has (from the one table, ``SCHEDULE_KINDS``)
+TORCH_SCHEDULES = {kind: getattr(pipelining, info.torch_class) for kind, info in SCHEDULE_KINDS.items()
+                   if info.torch_class}
 
 
 class Stage(PipelineStage):
@@ -43,8 +45,8 @@ class Stage(PipelineStage):
 
 
 class TorchRunner:
-    """This process's stage(s) in torch's schedule ``kind``; ``step()`` and ``result()``
-    as for the executor's ``ScheduleRunner``."""
+    """This process's stage(s) in torch's schedule ``kind`` (a ``ScheduleKind`` or its value);
+    ``step()`` and ``result()`` as for the executor's ``ScheduleRunner``."""
 
     def __init__(self, kind: str, p: int, m: int, v: int, config: MLPConfig, device: torch.device):
         rank, num_stages = dist.get_rank(), p * v
@@ -76,7 +78,8 @@ class TorchRunner:
         self.times.append((time.perf_counter() - start) * 1e3)
 
     def result(self) -> dict:
-        return {"times": self.times, "losses": [loss.item() for loss in self.losses],
+        """As ``ScheduleRunner.result`` (without events): each micro-batch loss / m, a share of the mean."""
+        return {"times": self.times, "losses": [loss.item() / len(self.losses) for loss in self.losses],
                 "grads": {name: p.grad.cpu() for module in self.mine for name, p in module.named_parameters()}}
 
 
@@ -91,35 +94,32 @@ def torch_pipeline_rank(kind: str, p: int, m: int, v: int, config: MLPConfig, st
     return alternate(runners, steps)
 
 
-def _measured(results: list[dict], m: int, warmup: int) -> MeasuredRun:
-    times = [max(r["times"][k] for r in results) for k in range(warmup, len(results[0]["times"]))]
-    grads = {name: g for r in results for name, g in r["grads"].items()}
-    return MeasuredRun(times, sum(loss for r in results for loss in r["losses"]) / m, grads)
-
-
-def run_torch_pipeline(kind: str, p: int, m: int, config: MLPConfig = MLPConfig(), v: int = 1,
+def run_torch_pipeline(kind: ScheduleKind | str, p: int, m: int, config: MLPConfig = MLPConfig(), v: int = 1,
                        steps: int = 3, warmup: int = 1, timeout: float = 120.0) -> MeasuredRun:
-    """Run torch's ``kind`` schedule ("gpipe", "1f1b" or "interleaved_1f1b" with ``v`` stages
-    per process) on ``p`` processes; ``warmup`` untimed steps, then ``steps`` timed."""
+    """Run torch's ``kind`` schedule on ``p`` processes: a ``ScheduleKind`` or its value, "gpipe",
+    "1f1b" or "interleaved_1f1b" (with ``v`` stages per process); ``warmup`` untimed steps, then
+    ``steps`` timed."""
     if kind not in TORCH_SCHEDULES:
-        raise ValueError(f"unknown schedule {kind!r}; choose one of {sorted(TORCH_SCHEDULES)}")
-    if (kind == "interleaved_1f1b") != (v > 1):
-        raise ValueError(f"v > 1 (stages per process) goes with 'interleaved_1f1b' only; got {kind!r}, v={v}")
+        raise ValueError(f"unknown schedule {str(kind)!r}; choose one of {[str(k) for k in TORCH_SCHEDULES]}")
+    kind = ScheduleKind(kind)
+    if (kind == ScheduleKind.INTERLEAVED_1F1B) != (v > 1):
+        raise ValueError(f"v > 1 (stages per process) goes with 'interleaved_1f1b' only; "
+                         f"got {str(kind)!r}, v={v}")
     config.stages(p * v)
     config.microbatches(m)
     results = launch(torch_pipeline_rank, kind, p, m, v, config, warmup + steps, world_size=p,
                      timeout=timeout, show_output=False)
-    return _measured([r[0] for r in results], m, warmup)
+    return collect([r[0] for r in results], warmup)
 
 
 def compare_with_torch(schedule: Schedule, config: MLPConfig = MLPConfig(), steps: int = 3, warmup: int = 1,
                        timeout: float = 120.0) -> tuple[PipelineRun, MeasuredRun]:
     """Our executor's ``schedule`` and torch's matching schedule class, a step of each in
     turn on the same processes: (our PipelineRun, torch's MeasuredRun)."""
-    if schedule.name not in MATCHING:
+    if schedule.kind not in TORCH_SCHEDULES:
         raise ValueError(f"no torch schedule is compared with {schedule.name!r}; "
-                         f"choose one of {sorted(MATCHING)}")
+                         f"choose one of {[kind.title for kind in TORCH_SCHEDULES]}")
     check_runnable(schedule, config, steps, warmup)
-    results = launch(torch_pipeline_rank, MATCHING[schedule.name], schedule.p, schedule.m, schedule.v, config,
+    results = launch(torch_pipeline_rank, schedule.kind, schedule.p, schedule.m, schedule.v, config,
                      warmup + steps, schedule, world_size=schedule.p, timeout=timeout, show_output=False)
-    return collect(schedule, [r[1] for r in results], warmup), _measured([r[0] for r in results], schedule.m, warmup)
+    return collect([r[1] for r in results], warmup, schedule), collect([r[0] for r in results], warmup)

@@ -5,7 +5,7 @@ localhost meeting through a c10d rendezvous on a free port; on a GPU machine eac
 its own GPUs, or gloo, see ``runner.node_environments``), with a timeout; if a
 launcher fails or outlives it, every launcher is killed with its whole process group
 (the runner of chapter 02 does the process handling). ``timeline`` turns the ranks'
-event logs into a deterministic account, attempt by attempt; ``plot_timeline`` draws it.
+event logs into a deterministic account, attempt by attempt; ``plot_restarts`` draws it.
 
 Taught in chapter 08 (section 4, elastic restarts with ``torchrun``; section 5, two nodes).
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from ..collectives import free_port
 from . import runner
 
-__all__ = ["ElasticRun", "run_elastic", "read_events", "timeline", "plot_timeline", "SHARED_STORE_FIX"]
+__all__ = ["ElasticRun", "run_elastic", "read_events", "timeline", "plot_restarts", "SHARED_STORE_FIX"]
 
 # torchrun's agent shares its TCPStore with the ranks by default (torch >= 2.5); after a
 # restart the new ranks can read the previous attempt's addresses from it and fail to
@@ -107,7 +107,7 @@ def timeline(events: list[dict]) -> list[str]:
     return lines
 
 
-def plot_timeline(events: list[dict], title: str = "elastic training: what happened"):
+def plot_restarts(events: list[dict], title: str = "elastic training: what happened"):
     """Steps done per attempt (bars), checkpoints (ticks), the kill (a cross), resumes (arrows)."""
     import matplotlib.pyplot as plt
 

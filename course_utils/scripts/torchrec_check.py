@@ -86,7 +86,7 @@ def compare(kind: str) -> dict:
     theirs = torch.stack([out[f"f{t}"] for t in range(len(CARDS))], dim=1)     # [B, T, D]
     tables = _gather_tables(model, world)
     result = {"kind": kind, "vs_embedding_bag": (theirs - sharding.lookup_unsharded(tables, mine)).abs().max().item()}
-    if kind in sharding.KINDS:
+    if kind in sharding.SHARDING_KINDS:
         ours = sharding.shard_embeddings(sharding.make_plan(kind, CARDS, DIM, world), tables)(mine)
         result["vs_course"] = (theirs - ours).abs().max().item()
     return result

@@ -20,13 +20,14 @@ from .budget import BudgetExceededError, MemoryBudget
 from .column_wise import ColumnWiseEmbeddingBags
 from .draw import draw_pattern
 from .lookups import LOOKUPS, shard_embeddings
-from .plan import KINDS, Shard, ShardingPlan, make_plan, plan_column_wise, plan_row_wise, plan_table_wise
+from .plan import (SHARDING_KINDS, Shard, ShardingPlan, make_plan, place_largest_first, plan_column_wise,
+                   plan_row_wise, plan_table_wise)
 from .row_wise import RowWiseEmbeddingBags, route
 from .table_wise import TableWiseEmbeddingBags
 from .timing import time_lookup_steps
 from .volume import formula, measured, routed_ids
 
-__all__ = ["KINDS", "Shard", "ShardingPlan", "make_plan", "plan_table_wise", "plan_row_wise",
+__all__ = ["SHARDING_KINDS", "Shard", "ShardingPlan", "make_plan", "place_largest_first", "plan_table_wise", "plan_row_wise",
            "plan_column_wise", "ShardedEmbeddingBags", "TableWiseEmbeddingBags", "RowWiseEmbeddingBags",
            "ColumnWiseEmbeddingBags", "LOOKUPS", "shard_embeddings", "lookup_unsharded", "full_tables", "route",
            "Traffic", "exchange", "rank_device", "formula", "measured", "routed_ids", "MemoryBudget",

@@ -25,10 +25,10 @@ import torch
 
 from ..checks import check_sizes, check_whole
 
-__all__ = ["KINDS", "Shard", "ShardingPlan", "plan_table_wise", "plan_row_wise", "plan_column_wise",
+__all__ = ["SHARDING_KINDS", "Shard", "ShardingPlan", "place_largest_first", "plan_table_wise", "plan_row_wise", "plan_column_wise",
            "make_plan"]
 
-KINDS = ("table_wise", "row_wise", "column_wise")
+SHARDING_KINDS = ("table_wise", "row_wise", "column_wise")
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Shard:
 class ShardingPlan:
     """A complete assignment of every table's rows and columns to ranks.
 
-    kind: one of :data:`KINDS`. row_split: ``"range"`` or ``"hash"`` (row-wise only).
+    kind: one of :data:`SHARDING_KINDS`. row_split: ``"range"`` or ``"hash"`` (row-wise only).
     shards: every shard, ordered by rank, then table.
     """
     kind: str
@@ -133,13 +133,21 @@ def _check(cardinalities: Sequence[int], dim: int, world_size: int) -> tuple:
     return check_sizes(cardinalities)
 
 
+def place_largest_first(sizes: Sequence[int], bins: int) -> list[int]:
+    """Greedy placement: the largest item first (ties: the lower index), each onto the bin holding
+    the least so far (ties: the lower bin). Returns each item's bin. Used for table-wise plans and
+    for chapter 05's tables on devices (``model_parallel.place_embedding_tables``)."""
+    held, where = [0] * bins, [0] * len(sizes)
+    for t in sorted(range(len(sizes)), key=lambda t: (-sizes[t], t)):
+        where[t] = held.index(min(held))
+        held[where[t]] += sizes[t]
+    return where
+
+
 def plan_table_wise(cardinalities: Sequence[int], dim: int, world_size: int) -> ShardingPlan:
     """Each table whole on one rank: largest first onto the rank with the fewest bytes so far."""
     cards = _check(cardinalities, dim, world_size)
-    held, owner = [0] * world_size, {}
-    for t in sorted(range(len(cards)), key=lambda t: (-cards[t], t)):
-        owner[t] = held.index(min(held))
-        held[owner[t]] += cards[t]
+    owner = place_largest_first(cards, world_size)
     shards = [Shard(t, owner[t], (0, cards[t]), (0, dim)) for t in range(len(cards))]
     return ShardingPlan("table_wise", cards, dim, world_size, tuple(sorted(shards, key=lambda s: (s.rank, s.table))))
 
@@ -175,8 +183,9 @@ def plan_column_wise(cardinalities: Sequence[int], dim: int, world_size: int) ->
 
 
 def make_plan(kind: str, cardinalities: Sequence[int], dim: int, world_size: int, **options) -> ShardingPlan:
-    """``make_plan("row_wise", cards, 16, 4, split="hash")``: the plan of ``kind`` (one of :data:`KINDS`)."""
+    """``make_plan("row_wise", cards, 16, 4, split="hash")``: the plan of ``kind`` (one of
+    :data:`SHARDING_KINDS`)."""
     makers = {"table_wise": plan_table_wise, "row_wise": plan_row_wise, "column_wise": plan_column_wise}
     if kind not in makers:
-        raise ValueError(f"unknown sharding kind {kind!r}; choose one of {', '.join(KINDS)}")
+        raise ValueError(f"unknown sharding kind {kind!r}; choose one of {', '.join(SHARDING_KINDS)}")
     return makers[kind](cardinalities, dim, world_size, **options)
