@@ -17,7 +17,8 @@ What is measured: **the data pipeline feeding a tiny training step**, not the co
 Each rank runs ``--epochs`` epochs (default 1) of the course's training loop
 (``course_utils.train.fit``: batches to the device, loss, backward, optimizer step, losses
 averaged over the ranks) on its own row groups, with a logistic regression on the 13 dense
-columns wrapped in torch DDP (one all-reduce of 14 gradients per step), so that the loader, not the model, is what is timed. The DLRM's own
+columns wrapped in torch DDP (one all-reduce of 14 gradients per step), so that the loader,
+not the model, is what is timed. The DLRM's own
 step is about 20x slower per row on a CPU and would hide the loader entirely.
 
 samples/s: rows trained on by both ranks / the slower rank's wall time of the epochs.
@@ -30,6 +31,7 @@ Exits 1 unless, at the largest size, the streaming peak RSS is within 20% of its
 smallest size, streaming samples/s is at least 90% of in-memory's at every size, and both modes
 trained on the same batches (identical losses).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,8 +62,13 @@ def write_file(path: str, rows: int, group_rows: int) -> None:
     groups = -(-rows // group_rows)
     groups += groups % WORLD
     bounds = np.linspace(0, rows, groups + 1).round().astype(int)
-    data.write_row_groups((data.make_click_logs(int(hi - lo), seed=0, first_row=int(lo))
-                           for lo, hi in zip(bounds[:-1], bounds[1:])), path)
+    data.write_row_groups(
+        (
+            data.make_click_logs(int(hi - lo), seed=0, first_row=int(lo))
+            for lo, hi in zip(bounds[:-1], bounds[1:], strict=False)
+        ),
+        path,
+    )
 
 
 class TinyStep(nn.Module):
@@ -82,7 +89,7 @@ def _rss_mib() -> float:
 
 def rank_run(path: str, in_memory: bool, batch_size: int, epochs: int = 1) -> dict:
     """The epochs on this rank; its peak RSS from the start of this function."""
-    with open("/proc/self/clear_refs", "w") as refs:    # reset the high-water mark to the current RSS
+    with open("/proc/self/clear_refs", "w") as refs:  # reset the high-water mark to the current RSS
         refs.write("5")
     start = _rss_mib()
     torch.manual_seed(0)
@@ -90,9 +97,14 @@ def rank_run(path: str, in_memory: bool, batch_size: int, epochs: int = 1) -> di
     loader = rank_loader(path, dist.get_rank(), dist.get_world_size(), batch_size, in_memory=in_memory)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     history = fit(model, loader, optimizer, epochs=epochs, distributed=True)
-    return {"samples": history.samples, "seconds": history.seconds, "loss": sum(history.step_loss),
-            "steps": len(history.step_loss), "start_mib": start,
-            "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "samples": history.samples,
+        "seconds": history.seconds,
+        "loss": sum(history.step_loss),
+        "steps": len(history.step_loss),
+        "start_mib": start,
+        "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def main(argv=None) -> int:
@@ -114,22 +126,37 @@ def main(argv=None) -> int:
         paths = {}
         for n in args.sizes:
             paths[n] = str(Path(folder) / f"clicks_{n}.parquet")
-            subprocess.run([sys.executable, __file__, "--write", paths[n], str(n), "--group-rows",
-                            str(args.group_rows)], check=True)
+            subprocess.run(
+                [sys.executable, __file__, "--write", paths[n], str(n), "--group-rows", str(args.group_rows)],
+                check=True,
+            )
             info = data.parquet_info(paths[n])
-            print(f"{n:>11,} rows: {info['row_groups']} row groups, "
-                  f"{os.path.getsize(paths[n]) / 2**20:,.0f} MiB on disk")
+            print(
+                f"{n:>11,} rows: {info['row_groups']} row groups, "
+                f"{os.path.getsize(paths[n]) / 2**20:,.0f} MiB on disk"
+            )
         for _ in range(args.repeats):
             for n in args.sizes:
                 for mode, in_memory in MODES.items():
-                    ranks = launch(rank_run, paths[n], in_memory, args.batch, args.epochs, world_size=WORLD,
-                                   timeout=600, show_output=False)
+                    ranks = launch(
+                        rank_run,
+                        paths[n],
+                        in_memory,
+                        args.batch,
+                        args.epochs,
+                        world_size=WORLD,
+                        timeout=600,
+                        show_output=False,
+                    )
                     runs[n, mode].append(ranks)
 
-    print(f"\n{WORLD} ranks, {args.batch} rows per rank per step, {args.epochs} epoch(s); "
-          f"medians of {args.repeats}")
-    print(f"{'rows':>11} {'mode':>10} {'samples/s':>11} {'peak RSS MiB':>13} {'RSS at start':>13} "
-          f"{'steps':>6}")
+    print(
+        f"\n{WORLD} ranks, {args.batch} rows per rank per step, {args.epochs} epoch(s); "
+        f"medians of {args.repeats}"
+    )
+    print(
+        f"{'rows':>11} {'mode':>10} {'samples/s':>11} {'peak RSS MiB':>13} {'RSS at start':>13} {'steps':>6}"
+    )
     table = {}
     for (n, mode), repeats in runs.items():
         speed = statistics.median(r[0]["samples"] / max(x["seconds"] for x in r) for r in repeats)
@@ -145,11 +172,15 @@ def main(argv=None) -> int:
     growth = table[large, "streaming"][1] / table[small, "streaming"][1]
     ratios = {n: table[n, "streaming"][0] / table[n, "in-memory"][0] for n in args.sizes}
     ok_rss, ok_speed = growth <= 1.2, all(r >= 0.9 for r in ratios.values())
-    print(f"streaming peak RSS at {large:,} rows / at {small:,} rows: {growth:.3f} "
-          f"(target <= 1.20: {'met' if ok_rss else 'NOT met'})")
+    print(
+        f"streaming peak RSS at {large:,} rows / at {small:,} rows: {growth:.3f} "
+        f"(target <= 1.20: {'met' if ok_rss else 'NOT met'})"
+    )
     for n, r in ratios.items():
-        print(f"streaming / in-memory samples/s at {n:,} rows: {r:.3f} "
-              f"(target >= 0.90: {'met' if r >= 0.9 else 'NOT met'})")
+        print(
+            f"streaming / in-memory samples/s at {n:,} rows: {r:.3f} "
+            f"(target >= 0.90: {'met' if r >= 0.9 else 'NOT met'})"
+        )
     print(f"load after: {os.getloadavg()[0]:.2f}")
     return 0 if ok_rss and ok_speed and same else 1
 

@@ -16,6 +16,7 @@ and what the overlap could buy at most: the all-reduce time of one step's
 gradients alone, and the backward time alone. Run it on a quiet machine
 (``cat /proc/loadavg``: first number below ~0.5); it prints the load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,6 +32,7 @@ from course_utils.ddp import TrainSettings, max_difference
 from course_utils.ddp.step_timing import VARIANTS, step_times
 from course_utils.models import DLRMConfig
 from course_utils.train import bce_loss
+
 
 def _alone(model_config: DLRMConfig, logs, per_rank: int, repeats: int) -> dict:
     """Median seconds of one backward, and of one all_reduce of all gradients, each alone."""
@@ -49,8 +51,11 @@ def _alone(model_config: DLRMConfig, logs, per_rank: int, repeats: int) -> dict:
         start = time.perf_counter()
         dist.all_reduce(flat)
         comm.append(time.perf_counter() - start)
-    return {"backward": statistics.median(backward[1:]), "all_reduce": statistics.median(comm[1:]),
-            "gradient_bytes": flat.numel() * 4}
+    return {
+        "backward": statistics.median(backward[1:]),
+        "all_reduce": statistics.median(comm[1:]),
+        "gradient_bytes": flat.numel() * 4,
+    }
 
 
 def bench_rank(logs, model_config: DLRMConfig, settings: TrainSettings, rounds: int) -> dict:
@@ -71,14 +76,21 @@ def main(argv=None) -> None:
 
     logs = data.make_click_logs(args.rows, seed=0)
     model_config = DLRMConfig(logs.cardinalities)
-    settings = TrainSettings(global_batch_size=args.batch, max_steps=args.steps, optimizer=args.optimizer,
-                             lr=1e-3 if args.optimizer.startswith("adam") else 0.05)
+    settings = TrainSettings(
+        global_batch_size=args.batch,
+        max_steps=args.steps,
+        optimizer=args.optimizer,
+        lr=1e-3 if args.optimizer.startswith("adam") else 0.05,
+    )
     print(f"load before: {os.getloadavg()[0]:.2f} (1-min average, {os.cpu_count()} cores)")
-    print(f"DLRM {sum(model_config.cardinalities):,} embedding rows x {model_config.embedding_dim}, "
-          f"{model_config.embedding_parameter_count() + model_config.dense_parameter_count():,} parameters; "
-          f"2 ranks x {args.batch // 2} rows, {args.steps} steps x {args.rounds} rounds, {args.optimizer}")
-    per_rank = launch(bench_rank, logs, model_config, settings, args.rounds, world_size=2,
-                      timeout=600, show_output=False)
+    print(
+        f"DLRM {sum(model_config.cardinalities):,} embedding rows x {model_config.embedding_dim}, "
+        f"{model_config.embedding_parameter_count() + model_config.dense_parameter_count():,} parameters; "
+        f"2 ranks x {args.batch // 2} rows, {args.steps} steps x {args.rounds} rounds, {args.optimizer}"
+    )
+    per_rank = launch(
+        bench_rank, logs, model_config, settings, args.rounds, world_size=2, timeout=600, show_output=False
+    )
     medians = {name: statistics.median(t for r in per_rank for t in r["seconds"][name]) for name in VARIANTS}
     for name in VARIANTS:
         print(f"  {name:10s} DDP: median step {1e3 * medians[name]:7.2f} ms")
@@ -87,15 +99,27 @@ def main(argv=None) -> None:
     overlap = medians["one bucket"] / medians["bucketed"]
     diff = max_difference(per_rank[0]["states"]["bucketed"], per_rank[0]["states"]["torch"])
     alone = per_rank[0]["alone"]
-    print(f"bucketed / torch step time: {ratio:.3f}  (target <= 1.15: {'met' if ratio <= 1.15 else 'NOT met'})")
-    print(f"naive / bucketed step time: {gain:.3f}  (bucketing + overlap save {100 * (1 - 1 / gain):.1f}% of a naive step)")
-    print(f"one bucket / bucketed step time: {overlap:.3f}  (overlap alone saves {100 * (1 - 1 / overlap):.1f}% "
-          "of a step without it)")
-    print(f"max |bucketed - torch| parameter after {args.steps} steps: {diff:.2e}  "
-          f"(target <= 1e-5: {'met' if diff <= 1e-5 else 'NOT met'})")
-    print(f"alone, per step: backward {1e3 * alone['backward']:.2f} ms, all_reduce of "
-          f"{alone['gradient_bytes'] / 2**20:.2f} MiB of gradients {1e3 * alone['all_reduce']:.2f} ms "
-          f"(the most overlap could hide is the smaller of the two)")
+    print(
+        f"bucketed / torch step time: {ratio:.3f}  (target <= 1.15: {'met' if ratio <= 1.15 else 'NOT met'})"
+    )
+    print(
+        f"naive / bucketed step time: {gain:.3f}  "
+        f"(bucketing + overlap save {100 * (1 - 1 / gain):.1f}% of a naive step)"
+    )
+    print(
+        f"one bucket / bucketed step time: {overlap:.3f}  "
+        f"(overlap alone saves {100 * (1 - 1 / overlap):.1f}% "
+        "of a step without it)"
+    )
+    print(
+        f"max |bucketed - torch| parameter after {args.steps} steps: {diff:.2e}  "
+        f"(target <= 1e-5: {'met' if diff <= 1e-5 else 'NOT met'})"
+    )
+    print(
+        f"alone, per step: backward {1e3 * alone['backward']:.2f} ms, all_reduce of "
+        f"{alone['gradient_bytes'] / 2**20:.2f} MiB of gradients {1e3 * alone['all_reduce']:.2f} ms "
+        f"(the most overlap could hide is the smaller of the two)"
+    )
     print(f"load after: {os.getloadavg()[0]:.2f}")
 
 

@@ -9,6 +9,7 @@ and, for reference, ``launch`` forced to the spawn start method. Prints the
 median wall time of each and the ratio. Target on a 2-core laptop-class CPU:
 ``launch`` at least 5x faster than ``mp.spawn`` and under 1 s for 4 ranks.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,16 +59,22 @@ def main() -> None:
         "launch (spawn, elastic engine)": [time_launch(args.ranks, "spawn") for _ in range(3)],
         "torch.multiprocessing.spawn": [time_mp_spawn(args.ranks) for _ in range(max(3, args.repeats // 2))],
     }
-    print(f"Start {args.ranks} ranks, one all_reduce each, exit  (torch {torch.__version__}, "
-          f"{os.cpu_count()} CPUs)")
+    print(
+        f"Start {args.ranks} ranks, one all_reduce each, exit  (torch {torch.__version__}, "
+        f"{os.cpu_count()} CPUs)"
+    )
     medians = {}
     for name, times in runs.items():
         medians[name] = statistics.median(times)
-        print(f"  {name:32s} median {medians[name]:6.3f} s   (n={len(times)}, "
-              f"min {min(times):.3f}, max {max(times):.3f})")
+        print(
+            f"  {name:32s} median {medians[name]:6.3f} s   (n={len(times)}, "
+            f"min {min(times):.3f}, max {max(times):.3f})"
+        )
     ours, theirs = medians["launch (fork, elastic engine)"], medians["torch.multiprocessing.spawn"]
-    print(f"  mp.spawn / launch = {theirs / ours:.1f}x   (target >= 5x; launch target < 1 s: "
-          f"{'met' if ours < 1 else 'NOT met'})")
+    print(
+        f"  mp.spawn / launch = {theirs / ours:.1f}x   (target >= 5x; launch target < 1 s: "
+        f"{'met' if ours < 1 else 'NOT met'})"
+    )
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ matrix products but not for 128-row ones: with batch 1024 each stage's
 vs 94.5 ms, B 218.6 vs 185.3 ms per step), which alone caps the 1F1B speed-up
 near 16/9 / 1.17 = 1.52x. ``--batch 1024`` shows that cost.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,17 @@ import sys
 
 import torch
 
-from course_utils.pipeline import (MLPConfig, gpipe, gpipe_bubble_fraction, interleaved_1f1b, measured_costs,
-                                   one_f_one_b, run_schedules, simulate, zero_bubble_h1)
+from course_utils.pipeline import (
+    MLPConfig,
+    gpipe,
+    gpipe_bubble_fraction,
+    interleaved_1f1b,
+    measured_costs,
+    one_f_one_b,
+    run_schedules,
+    simulate,
+    zero_bubble_h1,
+)
 from course_utils.pipeline.torch_pipelining import compare_with_torch
 
 
@@ -58,16 +68,25 @@ def main() -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     p, m = 2, args.microbatches
     config = MLPConfig(width=args.width, layers=args.layers, batch=args.batch)
-    print(f"2 stages x {args.layers // 2} layers of width {args.width}, batch {args.batch}, m = {m}, "
-          f"{args.steps} steps (torch {torch.__version__}, {os.cpu_count()} CPUs, load {load()})")
+    print(
+        f"2 stages x {args.layers // 2} layers of width {args.width}, batch {args.batch}, m = {m}, "
+        f"{args.steps} steps (torch {torch.__version__}, {os.cpu_count()} CPUs, load {load()})"
+    )
 
     # our schedules take turns on the same two processes, a step of each, so a busy moment of the
     # machine slows all alike; torch's Schedule1F1B takes turns with our 1F1B the same way
     schedules = {"naive model parallel (m=1)": gpipe(p, 1), "executor 1F1B": one_f_one_b(p, m)}
     if args.all:
-        schedules.update({"executor GPipe": gpipe(p, m), "executor ZB-H1": zero_bubble_h1(p, m),
-                          "executor interleaved 1F1B v=2": interleaved_1f1b(p, m, 2)})
-    runs = dict(zip(schedules, run_schedules(list(schedules.values()), config, steps=args.steps)))
+        schedules.update(
+            {
+                "executor GPipe": gpipe(p, m),
+                "executor ZB-H1": zero_bubble_h1(p, m),
+                "executor interleaved 1F1B v=2": interleaved_1f1b(p, m, 2),
+            }
+        )
+    runs = dict(
+        zip(schedules, run_schedules(list(schedules.values()), config, steps=args.steps), strict=False)
+    )
     naive, ours = runs["naive model parallel (m=1)"], runs["executor 1F1B"]
     ours_beside_torch, theirs = compare_with_torch(one_f_one_b(p, m), config, steps=args.steps)
     rows = {name: run.step_time_ms for name, run in runs.items()}
@@ -76,21 +95,32 @@ def main() -> int:
     if args.all:
         for schedule in (gpipe(p, m), interleaved_1f1b(p, m, 2)):
             ours_too, torch_too = compare_with_torch(schedule, config, steps=args.steps)
-            rows[f"torch {schedule.name} / executor, in turns"] = torch_too.step_time_ms / ours_too.step_time_ms
+            rows[f"torch {schedule.name} / executor, in turns"] = (
+                torch_too.step_time_ms / ours_too.step_time_ms
+            )
     for name, value in rows.items():
         print(f"  {name:44s} " + (f"ratio {value:.2f}" if "/" in name else f"median step {value:8.1f} ms"))
 
     bubble, formula = ours.timeline.bubble_fraction, gpipe_bubble_fraction(p, m)
     replay = simulate(one_f_one_b(p, m), measured_costs(ours.timeline, p)).bubble_fraction
-    print(f"  1F1B bubble: measured {bubble:.3f} (median step), formula {formula:.3f}, simulated with the "
-          f"measured per-stage costs {replay:.3f} (so unequal stages explain {replay - formula:+.3f}, and waiting "
-          f"for messages and for the other process {bubble - replay:+.3f})")
+    print(
+        f"  1F1B bubble: measured {bubble:.3f} (median step), formula {formula:.3f}, simulated with the "
+        f"measured per-stage costs {replay:.3f} (so unequal stages explain {replay - formula:+.3f}, "
+        "and waiting "
+        f"for messages and for the other process {bubble - replay:+.3f})"
+    )
     speedup = naive.step_time_ms / ours.step_time_ms
     ratio = ours_beside_torch.step_time_ms / theirs.step_time_ms
     checks = [
-        (f"1F1B bubble fraction measured {bubble:.3f} vs formula (p-1)/(m+p-1) = {formula:.3f} "
-         f"(|diff| {abs(bubble - formula):.3f}, target <= 0.05)", abs(bubble - formula) <= 0.05),
-        (f"speed-up of 1F1B (m={m}) over naive model parallel: {speedup:.2f}x (target >= 1.5x)", speedup >= 1.5),
+        (
+            f"1F1B bubble fraction measured {bubble:.3f} vs formula (p-1)/(m+p-1) = {formula:.3f} "
+            f"(|diff| {abs(bubble - formula):.3f}, target <= 0.05)",
+            abs(bubble - formula) <= 0.05,
+        ),
+        (
+            f"speed-up of 1F1B (m={m}) over naive model parallel: {speedup:.2f}x (target >= 1.5x)",
+            speedup >= 1.5,
+        ),
         (f"executor / torch Schedule1F1B step time: {ratio:.2f} (target <= 1.2)", ratio <= 1.2),
     ]
     for text, ok in checks:

@@ -11,6 +11,7 @@ bus bandwidth (algbw * 2 (w - 1) / w, as nccl-tests defines it) of each, and
 the ratio ring / gloo. Target: the ring at least 0.6x of gloo at 16 MB and above.
 Run it on a quiet machine (the first number of /proc/loadavg well below 1).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,26 +38,42 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(mb * (1 << 20)) for mb in args.sizes_mb]
 
-    print(f"all-reduce of float32 tensors, gloo on CPU  (torch {torch.__version__}, {os.cpu_count()} CPUs, "
-          f"load average at start {_load()}, median of {args.repeats})")
-    print(f"{'ranks':>5} {'size':>7} | {'gloo ms':>8} {'algbw':>7} {'busbw':>7} | "
-          f"{'ring ms':>8} {'algbw':>7} {'busbw':>7} | ring/gloo")
+    print(
+        f"all-reduce of float32 tensors, gloo on CPU  (torch {torch.__version__}, {os.cpu_count()} CPUs, "
+        f"load average at start {_load()}, median of {args.repeats})"
+    )
+    print(
+        f"{'ranks':>5} {'size':>7} | {'gloo ms':>8} {'algbw':>7} {'busbw':>7} | "
+        f"{'ring ms':>8} {'algbw':>7} {'busbw':>7} | ring/gloo"
+    )
     target_met = True
     for w in args.ranks:
-        rows = launch(bandwidth.sweep, IMPLEMENTATIONS, sizes, args.repeats, world_size=w, backend="gloo",
-                      timeout=1800, show_output=False)[0]
+        rows = launch(
+            bandwidth.sweep,
+            IMPLEMENTATIONS,
+            sizes,
+            args.repeats,
+            world_size=w,
+            backend="gloo",
+            timeout=1800,
+            show_output=False,
+        )[0]
         by = {(r["name"], r["nbytes"]): r for r in rows}
         for n in sizes:
             g, r = by["gloo all_reduce", n], by["ring by hand", n]
             ratio = r["busbw"] / g["busbw"]
             if n >= 16 << 20:
                 target_met &= ratio >= 0.6
-            print(f"{w:>5} {n / (1 << 20):>5g}MB | {g['seconds'] * 1e3:8.2f} {g['algbw'] / 1e9:7.3f} "
-                  f"{g['busbw'] / 1e9:7.3f} | {r['seconds'] * 1e3:8.2f} {r['algbw'] / 1e9:7.3f} "
-                  f"{r['busbw'] / 1e9:7.3f} | {ratio:5.2f}x")
+            print(
+                f"{w:>5} {n / (1 << 20):>5g}MB | {g['seconds'] * 1e3:8.2f} {g['algbw'] / 1e9:7.3f} "
+                f"{g['busbw'] / 1e9:7.3f} | {r['seconds'] * 1e3:8.2f} {r['algbw'] / 1e9:7.3f} "
+                f"{r['busbw'] / 1e9:7.3f} | {ratio:5.2f}x"
+            )
     print("bandwidths in GB/s (1e9 bytes/s); busbw = algbw * 2 (w - 1) / w")
-    print(f"load average at end {_load()}; target ring/gloo >= 0.6x at 16 MB and above: "
-          f"{'met' if target_met else 'NOT met'}")
+    print(
+        f"load average at end {_load()}; target ring/gloo >= 0.6x at 16 MB and above: "
+        f"{'met' if target_met else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

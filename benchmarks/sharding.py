@@ -11,6 +11,7 @@ all-to-alls moved in one step, counted from the tensors sent, and the formula's 
 ``--steps`` steps, and how unevenly the ids land on the ranks (row-wise range split sends
 every hot id to rank 0). Each rank uses one thread; run it on a quiet machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,12 @@ import statistics
 
 from course_utils import data, launch, sharding
 
-CASES = [("table_wise", {}), ("row_wise", {"split": "range"}), ("row_wise", {"split": "hash"}), ("column_wise", {})]
+CASES = [
+    ("table_wise", {}),
+    ("row_wise", {"split": "range"}),
+    ("row_wise", {"split": "hash"}),
+    ("column_wise", {}),
+]
 
 
 def _name(kind: str, options: dict) -> str:
@@ -33,30 +39,50 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     args = parser.parse_args()
     cards = data.criteo_cardinalities(args.scale)
-    print(f"{len(cards)} tables, {sum(cards):,} rows x dim {args.dim}; batch {args.batch} rows per rank; "
-          f"median of {args.steps} steps (forward + backward)\n")
-    print(f"{'sharding':20s} {'W':>2s} {'measured B/step':>16s} {'formula B/step':>15s} {'step ms':>8s} "
-          f"{'vs table-wise':>13s} {'ids per rank (max/mean)':>24s}")
+    print(
+        f"{len(cards)} tables, {sum(cards):,} rows x dim {args.dim}; batch {args.batch} rows per rank; "
+        f"median of {args.steps} steps (forward + backward)\n"
+    )
+    print(
+        f"{'sharding':20s} {'W':>2s} {'measured B/step':>16s} {'formula B/step':>15s} {'step ms':>8s} "
+        f"{'vs table-wise':>13s} {'ids per rank (max/mean)':>24s}"
+    )
     for world in (2, 4):
         base = None
         for kind, options in CASES:
-            results = launch(sharding.time_lookup_steps, kind, options, cards, args.dim, args.batch, args.steps,
-                             world_size=world, timeout=600, show_output=False)
+            results = launch(
+                sharding.time_lookup_steps,
+                kind,
+                options,
+                cards,
+                args.dim,
+                args.batch,
+                args.steps,
+                world_size=world,
+                timeout=600,
+                show_output=False,
+            )
             per_rank_seconds = [r[0] for r in results]
-            step = statistics.median(max(s) for s in zip(*per_rank_seconds))   # the slowest rank sets the pace
+            step = statistics.median(
+                max(s) for s in zip(*per_rank_seconds, strict=False)
+            )  # the slowest rank sets the pace
             measured = sharding.measured([r[1] for r in results])["total"]
             routed = results[0][2]
             expected = sharding.formula(kind, args.batch, len(cards), args.dim, world, routed=routed)["total"]
             if measured != expected:
-                raise SystemExit(f"{_name(kind, options)} on {world} ranks: measured {measured} B != formula {expected} B")
+                raise SystemExit(
+                    f"{_name(kind, options)} on {world} ranks: measured {measured} B != formula {expected} B"
+                )
             base = base or step
             if routed:
                 received = [sum(row[s] for row in routed) for s in range(world)]
                 balance = f"{max(received) / (sum(received) / world):.2f}"
             else:
                 balance = "1.00" if kind == "column_wise" else "(whole tables)"
-            print(f"{_name(kind, options):20s} {world:2d} {measured:16,d} {expected:15,d} {step * 1e3:8.1f} "
-                  f"{step / base:12.2f}x {balance:>24s}")
+            print(
+                f"{_name(kind, options):20s} {world:2d} {measured:16,d} {expected:15,d} {step * 1e3:8.1f} "
+                f"{step / base:12.2f}x {balance:>24s}"
+            )
         print()
     print("measured == formula for every configuration (exact)")
 

@@ -14,6 +14,7 @@ as ``python -m course_utils.scripts.<name>`` pays only for what it uses.
 
 Taught in chapter 00 (the top-level names: ``launch``, ``devices``, ``show_source`` ...).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -31,8 +32,10 @@ def torch_floor_note(version: str) -> str | None:
     if found is None or tuple(map(int, found.groups())) >= TORCH_FLOOR:
         return None
     floor = ".".join(map(str, TORCH_FLOOR))
-    return (f"course_utils: torch {version} is older than {floor}, the oldest release this course is "
-            f"tested on; some cells may fail (install torch>={floor} in a fresh environment).")
+    return (
+        f"course_utils: torch {version} is older than {floor}, the oldest release this course is "
+        f"tested on; some cells may fail (install torch>={floor} in a fresh environment)."
+    )
 
 
 def _check_torch_version() -> None:
@@ -51,10 +54,18 @@ _check_torch_version()
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
 _HOME = {
-    "launch": "launcher", "LaunchError": "launcher", "LaunchTimeoutError": "launcher", "RankFailedError": "launcher",
-    "devices": "hardware", "gpu_count": "hardware", "gpu_names": "hardware", "pick_backend": "hardware",
+    "launch": "launcher",
+    "LaunchError": "launcher",
+    "LaunchTimeoutError": "launcher",
+    "RankFailedError": "launcher",
+    "devices": "hardware",
+    "gpu_count": "hardware",
+    "gpu_names": "hardware",
+    "pick_backend": "hardware",
     "rank_device": "hardware",
-    "environment": "notebook", "show_source": "notebook", "show_diff": "notebook",
+    "environment": "notebook",
+    "show_source": "notebook",
+    "show_diff": "notebook",
 }
 __all__ = list(_HOME)
 

@@ -11,10 +11,12 @@ there is one, the fix. Nothing here imports the rest of ``course_utils``.
 
 Not taught in a chapter: the input checks the taught functions share, kept out of their way.
 """
+
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
@@ -28,25 +30,30 @@ def check_ids(ids: torch.Tensor, cardinalities, *, name: str = "ids", bags: bool
 
     ``cardinalities``: a sequence of ints, or a 1-D tensor of them on ``ids``' device (no copy per call).
     """
-    import torch   # here, not at the top: course_utils.data checks sizes without torch
+    import torch  # here, not at the top: course_utils.data checks sizes without torch
 
     n_tables = len(cardinalities)
-    shapes = (f"[B, {n_tables}] or [B, {n_tables}, L] (ids per table)" if bags
-              else f"[B, {n_tables}] (one id per table)")
+    shapes = (
+        f"[B, {n_tables}] or [B, {n_tables}, L] (ids per table)"
+        if bags
+        else f"[B, {n_tables}] (one id per table)"
+    )
     if ids.dim() not in ((2, 3) if bags else (2,)) or ids.shape[1] != n_tables:
         raise ValueError(f"{name} must be {shapes}, got shape {tuple(ids.shape)}")
     if ids.dtype != torch.int64:
         raise TypeError(f"{name} must be int64 ids, got {ids.dtype}; use {name}.long()")
     if not ids.numel():
         return
-    per_bag = ids.reshape(ids.shape[0], n_tables, -1)                  # [B, T, L]
-    low, high = per_bag.amin(dim=(0, 2)), per_bag.amax(dim=(0, 2))      # [T] each
+    per_bag = ids.reshape(ids.shape[0], n_tables, -1)  # [B, T, L]
+    low, high = per_bag.amin(dim=(0, 2)), per_bag.amax(dim=(0, 2))  # [T] each
     limit = torch.as_tensor(cardinalities, device=ids.device)
     bad = (low < 0) | (high >= limit)
     if bad.any():
         t = int(bad.nonzero()[0])
-        raise IndexError(f"table {t} has {int(cardinalities[t])} rows but got ids in "
-                         f"[{int(low[t])}, {int(high[t])}]; hash or clip ids into range")
+        raise IndexError(
+            f"table {t} has {int(cardinalities[t])} rows but got ids in "
+            f"[{int(low[t])}, {int(high[t])}]; hash or clip ids into range"
+        )
 
 
 def check_width(x: torch.Tensor, name: str, width: int) -> None:
@@ -60,8 +67,9 @@ def check_sizes(sizes: Sequence, name: str = "cardinalities", *, most: int | Non
     values = tuple(int(s) for s in sizes)
     if not values or min(values) < 1 or (most is not None and max(values) > most):
         bound = "" if most is None else f", at most {most:,} rows each"
-        raise ValueError(f"{name} must be positive table sizes{bound} (and at least one table), "
-                         f"got {list(sizes)[:6]}")
+        raise ValueError(
+            f"{name} must be positive table sizes{bound} (and at least one table), got {list(sizes)[:6]}"
+        )
     return values
 
 

@@ -14,6 +14,7 @@ Each helper names the torch that lacks something and gives the same result on ev
 
 Not taught in a chapter: support code that the taught modules call, so they read the same on every torch.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -40,8 +41,10 @@ def all_to_all_by_pairs(outs: list[torch.Tensor], ins: list[torch.Tensor], group
     """
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     if len(outs) != world or len(ins) != world:
-        raise ValueError(f"all_to_all needs one input and one output per rank ({world}), "
-                         f"got {len(ins)} inputs and {len(outs)} outputs")
+        raise ValueError(
+            f"all_to_all needs one input and one output per rank ({world}), "
+            f"got {len(ins)} inputs and {len(outs)} outputs"
+        )
     outs[rank].copy_(ins[rank])
     ops = []
     for peer in range(world):

@@ -17,19 +17,28 @@ checked against single-device training; only the speed of separate GPUs is missi
 
 Taught in chapter 03.
 """
+
 from __future__ import annotations
 
 import contextlib
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 from .timing import Stopwatch, synchronize
 
-__all__ = ["scatter", "Broadcast", "replicate", "parallel_apply", "gather", "DataParallelByHand", "chunk_sizes"]
+__all__ = [
+    "scatter",
+    "Broadcast",
+    "replicate",
+    "parallel_apply",
+    "gather",
+    "DataParallelByHand",
+    "chunk_sizes",
+]
 
 
 def chunk_sizes(batch_size: int, n_devices: int) -> list[int]:
@@ -44,7 +53,9 @@ def chunk_sizes(batch_size: int, n_devices: int) -> list[int]:
     return [len(c) for c in torch.empty(batch_size).chunk(n_devices)]
 
 
-def scatter(tensors: Sequence[torch.Tensor], devices: Sequence[torch.device]) -> list[tuple[torch.Tensor, ...]]:
+def scatter(
+    tensors: Sequence[torch.Tensor], devices: Sequence[torch.device]
+) -> list[tuple[torch.Tensor, ...]]:
     """Split every tensor ``[B, ...]`` along dim 0 and send chunk ``i`` to ``devices[i]``.
 
     Returns one tuple of input chunks per device used (``len(chunk_sizes(B, n))``
@@ -56,8 +67,10 @@ def scatter(tensors: Sequence[torch.Tensor], devices: Sequence[torch.device]) ->
     if len(rows) != 1:
         raise ValueError(f"every input must have the same number of rows to be split, got {sorted(rows)}")
     per_tensor = [t.chunk(len(devices)) for t in tensors]
-    return [tuple(chunks[i].to(devices[i], non_blocking=True) for chunks in per_tensor)
-            for i in range(len(per_tensor[0]))]
+    return [
+        tuple(chunks[i].to(devices[i], non_blocking=True) for chunks in per_tensor)
+        for i in range(len(per_tensor[0]))
+    ]
 
 
 class Broadcast(torch.autograd.Function):
@@ -80,7 +93,7 @@ class Broadcast(torch.autograd.Function):
             summed = []
             for i, source in enumerate(ctx.sources):
                 total = None
-                for g in grads[i::ctx.n]:  # replica 0, 1, ...: add each onto the source device
+                for g in grads[i :: ctx.n]:  # replica 0, 1, ...: add each onto the source device
                     if g is not None:
                         total = g.to(source, copy=True) if total is None else total.add_(g.to(source))
                 summed.append(total)
@@ -94,11 +107,16 @@ def _shallow_copy(module: nn.Module) -> nn.Module:
     replica = module.__new__(type(module))
     replica.__dict__ = module.__dict__.copy()
     replica._parameters, replica._buffers, replica._modules = (
-        dict(module._parameters), dict(module._buffers), dict(module._modules))
+        dict(module._parameters),
+        dict(module._buffers),
+        dict(module._modules),
+    )
     return replica
 
 
-def replicate(module: nn.Module, devices: Sequence[torch.device], timings: dict | None = None) -> list[nn.Module]:
+def replicate(
+    module: nn.Module, devices: Sequence[torch.device], timings: dict | None = None
+) -> list[nn.Module]:
     """One replica of ``module`` per device, holding copies of its *current* parameters.
 
     The copies stay connected to the originals through autograd (``Broadcast``),
@@ -113,8 +131,10 @@ def replicate(module: nn.Module, devices: Sequence[torch.device], timings: dict 
         new = {m: _shallow_copy(m) for m in module.modules()}
         for old, rep in new.items():
             rep._modules = {k: (None if c is None else new[c]) for k, c in old._modules.items()}
-            rep._buffers = {k: (None if b is None else b.to(device, copy=True)) for k, b in old._buffers.items()}
-        by_name = dict(zip(names, copies[r * len(params):(r + 1) * len(params)]))
+            rep._buffers = {
+                k: (None if b is None else b.to(device, copy=True)) for k, b in old._buffers.items()
+            }
+        by_name = dict(zip(names, copies[r * len(params) : (r + 1) * len(params)], strict=False))
         for name in names:
             owner, _, leaf = name.rpartition(".")
             new[module.get_submodule(owner)]._parameters[leaf] = by_name[name]
@@ -122,7 +142,9 @@ def replicate(module: nn.Module, devices: Sequence[torch.device], timings: dict 
     return replicas
 
 
-def parallel_apply(replicas: Sequence[nn.Module], inputs: Sequence[tuple], devices: Sequence[torch.device]) -> list:
+def parallel_apply(
+    replicas: Sequence[nn.Module], inputs: Sequence[tuple], devices: Sequence[torch.device]
+) -> list:
     """Run ``replicas[i](*inputs[i])`` in one Python thread per replica; outputs in device order.
 
     Each thread turns on the caller's grad mode (it is thread-local) and, on a
@@ -130,8 +152,10 @@ def parallel_apply(replicas: Sequence[nn.Module], inputs: Sequence[tuple], devic
     naming the replica.
     """
     if not len(replicas) == len(inputs) <= len(devices):
-        raise ValueError(f"need one input tuple per replica and a device for each: got {len(replicas)} "
-                         f"replicas, {len(inputs)} inputs, {len(devices)} devices")
+        raise ValueError(
+            f"need one input tuple per replica and a device for each: got {len(replicas)} "
+            f"replicas, {len(inputs)} inputs, {len(devices)} devices"
+        )
     grad_enabled = torch.is_grad_enabled()
     results: list = [None] * len(replicas)
 
@@ -182,8 +206,10 @@ class DataParallelByHand(nn.Module):
             raise ValueError("DataParallelByHand needs at least one device, e.g. course_utils.devices(2)")
         wrong = {str(t.device) for t in [*module.parameters(), *module.buffers()] if t.device != devices[0]}
         if wrong:
-            raise ValueError(f"the module's parameters and buffers must be on devices[0]={devices[0]}, "
-                             f"found some on {sorted(wrong)}; call module.to(devices[0]) first")
+            raise ValueError(
+                f"the module's parameters and buffers must be on devices[0]={devices[0]}, "
+                f"found some on {sorted(wrong)}; call module.to(devices[0]) first"
+            )
         self.module, self.devices = module, devices
         self.last_timings: dict[str, float] = {}
 
@@ -191,7 +217,7 @@ class DataParallelByHand(nn.Module):
         if len(self.devices) == 1:
             return self.module(*inputs)
         timings: dict[str, float] = {}
-        synchronize(*self.devices)             # GPU work runs on after its call returns: wait for it
+        synchronize(*self.devices)  # GPU work runs on after its call returns: wait for it
         clock = time.perf_counter()
 
         def lap(step: str) -> None:
@@ -202,7 +228,9 @@ class DataParallelByHand(nn.Module):
 
         chunks = scatter(inputs, self.devices)
         lap("scatter")
-        replicas = replicate(self.module, self.devices[:len(chunks)], timings if torch.is_grad_enabled() else None)
+        replicas = replicate(
+            self.module, self.devices[: len(chunks)], timings if torch.is_grad_enabled() else None
+        )
         lap("replicate")
         outputs = parallel_apply(replicas, chunks, self.devices)
         lap("parallel_apply")

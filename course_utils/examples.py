@@ -5,6 +5,7 @@ for the cases that need an importable function (spawn, ``mp.spawn``, scripts).
 
 Taught in chapter 00 (section 3: a launch timed on ``sum_of_ranks``).
 """
+
 from __future__ import annotations
 
 import torch

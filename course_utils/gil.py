@@ -8,6 +8,7 @@ processes at once (DDP's ranks, through ``launch``).
 
 Taught in chapter 03 (section 5, the GIL: threads against processes).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,7 +24,14 @@ from .launcher import launch
 from .models import DLRMConfig
 from .train import bce_loss
 
-__all__ = ["forward_backward", "DLRMWork", "PythonWork", "one_torch_thread", "timed_rank", "threads_vs_processes"]
+__all__ = [
+    "forward_backward",
+    "DLRMWork",
+    "PythonWork",
+    "one_torch_thread",
+    "timed_rank",
+    "threads_vs_processes",
+]
 
 
 def forward_backward(model: nn.Module, batch, steps: int) -> None:
@@ -43,7 +51,7 @@ class DLRMWork:
     def __init__(self, model_config: DLRMConfig, batch, steps: int = 10):
         self.model_config, self.batch, self.steps = model_config, batch, steps
 
-    def prepare(self) -> "DLRMWork":
+    def prepare(self) -> DLRMWork:
         """A copy with its own model, warmed up (one pass), ready to be timed."""
         work = copy.copy(self)
         work.model = self.model_config.build(seed=0)
@@ -60,7 +68,7 @@ class PythonWork:
     def __init__(self, n: int = 2_000_000):
         self.n = n
 
-    def prepare(self) -> "PythonWork":
+    def prepare(self) -> PythonWork:
         return self
 
     def __call__(self) -> int:
@@ -86,7 +94,7 @@ def timed_rank(work) -> float:
     dist.barrier()
     start = time.perf_counter()
     job()
-    dist.barrier()                                         # until the slower rank is done
+    dist.barrier()  # until the slower rank is done
     return time.perf_counter() - start
 
 

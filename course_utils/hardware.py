@@ -6,6 +6,7 @@ rule picks the backend: NCCL needs one GPU per rank, gloo runs anywhere.
 
 Taught in chapter 00 (section 2, devices: real GPUs or CPU stand-ins) and chapter 02 (backends).
 """
+
 from __future__ import annotations
 
 import os
@@ -30,9 +31,9 @@ def gpu_count() -> int:
     management library, as that variable makes torch do. Where NVML cannot
     answer, a short-lived child process asks CUDA instead, and this one stays clean.
     """
-    if not torch.cuda._is_compiled():            # a CPU build of PyTorch
+    if not torch.cuda._is_compiled():  # a CPU build of PyTorch
         return 0
-    if torch.cuda.is_initialized():              # too late to keep clean: ask CUDA
+    if torch.cuda.is_initialized():  # too late to keep clean: ask CUDA
         return torch.cuda.device_count()
     count = torch.cuda._device_count_amdsmi() if torch.version.hip else torch.cuda._device_count_nvml()
     return count if count >= 0 else len(_gpu_names_from_child())
@@ -55,8 +56,10 @@ def _gpu_names_from_child() -> list[str]:
     """GPU names as a fresh interpreter's CUDA sees them (cached per ``CUDA_VISIBLE_DEVICES``)."""
     key = os.environ.get("CUDA_VISIBLE_DEVICES")
     if key not in _child_answers:
-        code = ("import torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0\n"
-                "print('\\n'.join(torch.cuda.get_device_name(i) for i in range(n)))")
+        code = (
+            "import torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0\n"
+            "print('\\n'.join(torch.cuda.get_device_name(i) for i in range(n)))"
+        )
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         _child_answers[key] = [line for line in done.stdout.splitlines() if line.strip()]
     return _child_answers[key]
@@ -97,17 +100,25 @@ def pick_backend(world_size: int, backend: str = "auto") -> str:
     if backend == "auto":
         return "nccl" if gpus >= world_size and dist.is_nccl_available() else "gloo"
     if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of 'auto', " + ", ".join(map(repr, BACKENDS)))
+        raise ValueError(
+            f"unknown backend {backend!r}; choose one of 'auto', " + ", ".join(map(repr, BACKENDS))
+        )
     if backend == "nccl":
         if not dist.is_nccl_available() or gpus == 0:
-            raise ValueError("backend='nccl' needs CUDA GPUs and this machine has none; "
-                             "use backend='gloo' (or 'auto'), which runs on CPU")
+            raise ValueError(
+                "backend='nccl' needs CUDA GPUs and this machine has none; "
+                "use backend='gloo' (or 'auto'), which runs on CPU"
+            )
         if gpus < world_size:
-            raise ValueError(f"backend='nccl' needs one GPU per rank: world_size={world_size} but only "
-                             f"{gpus} GPU(s) are visible. Use world_size<={gpus}, or backend='gloo'")
+            raise ValueError(
+                f"backend='nccl' needs one GPU per rank: world_size={world_size} but only "
+                f"{gpus} GPU(s) are visible. Use world_size<={gpus}, or backend='gloo'"
+            )
     if backend == "mpi" and not dist.is_mpi_available():
-        raise ValueError("backend='mpi' needs PyTorch built from source with MPI; this build has none. "
-                         "Use backend='gloo' (CPU) or 'nccl' (GPUs)")
+        raise ValueError(
+            "backend='mpi' needs PyTorch built from source with MPI; this build has none. "
+            "Use backend='gloo' (CPU) or 'nccl' (GPUs)"
+        )
     return backend
 
 

@@ -14,6 +14,7 @@ training computes, so the two train the same model.
 
 Taught in chapter 07.
 """
+
 from __future__ import annotations
 
 import copy
@@ -25,9 +26,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import sharding
-from .ddp import settle_ddp_buckets
 from .data import Batch, ClickLogs
 from .data.loaders import InMemoryBatches, MapBatches
+from .ddp import settle_ddp_buckets
 from .metrics import scores
 from .models import DLRM, DLRMConfig
 from .train import History, fit, make_optimizer, predict
@@ -41,6 +42,7 @@ class DenseArch(nn.Module):
     The interaction and the top MLP are the DLRM's own code (``DLRM.interact`` and
     ``DLRM.interact_and_predict``), borrowed rather than copied.
     """
+
     interact = DLRM.interact
     interact_and_predict = DLRM.interact_and_predict
 
@@ -60,7 +62,9 @@ def _dense_source(model_or_config, seed: int) -> DLRM:
     if isinstance(model_or_config, DLRM):
         return model_or_config
     if isinstance(model_or_config, DLRMConfig):
-        return dataclasses.replace(model_or_config, cardinalities=(1,) * model_or_config.n_tables).build(seed=seed)
+        return dataclasses.replace(model_or_config, cardinalities=(1,) * model_or_config.n_tables).build(
+            seed=seed
+        )
     raise TypeError(f"expected a DLRM or a DLRMConfig, got {type(model_or_config).__name__}")
 
 
@@ -76,24 +80,43 @@ class HybridDLRM(nn.Module):
     ``sharding.rank_device()``, returned on the input's device).
     """
 
-    def __init__(self, model_or_config, kind: str = "row_wise", *, split: str = "range", seed: int = 0,
-                 budget: sharding.MemoryBudget | None = None):
+    def __init__(
+        self,
+        model_or_config,
+        kind: str = "row_wise",
+        *,
+        split: str = "range",
+        seed: int = 0,
+        budget: sharding.MemoryBudget | None = None,
+    ):
         super().__init__()
         source = _dense_source(model_or_config, seed)
         config = model_or_config.config if isinstance(model_or_config, DLRM) else model_or_config
         self.world_size = dist.get_world_size()
         options = {"split": split} if kind == "row_wise" else {}
-        self.plan = sharding.make_plan(kind, config.cardinalities, config.embedding_dim, self.world_size, **options)
+        self.plan = sharding.make_plan(
+            kind, config.cardinalities, config.embedding_dim, self.world_size, **options
+        )
         dense = DenseArch(source)
         self.embeddings = sharding.shard_embeddings(
-            self.plan, model_or_config if isinstance(model_or_config, DLRM) else None, seed=seed,
-            budget=budget, extra_values=sum(p.numel() for p in dense.parameters()))
+            self.plan,
+            model_or_config if isinstance(model_or_config, DLRM) else None,
+            seed=seed,
+            budget=budget,
+            extra_values=sum(p.numel() for p in dense.parameters()),
+        )
         device = sharding.rank_device()
-        self.dense = DDP(dense.to(device), device_ids=[device.index] if device.type == "cuda" else None,
-                         gradient_as_bucket_view=True)
+        self.dense = DDP(
+            dense.to(device),
+            device_ids=[device.index] if device.type == "cuda" else None,
+            gradient_as_bucket_view=True,
+        )
         c = self.plan  # same buckets in a fresh run and a resumed one (see settle_ddp_buckets)
-        settle_ddp_buckets(self.dense, torch.zeros(1, config.n_dense, device=device),
-                           torch.zeros(1, c.n_tables, c.dim, device=device))
+        settle_ddp_buckets(
+            self.dense,
+            torch.zeros(1, config.n_dense, device=device),
+            torch.zeros(1, c.n_tables, c.dim, device=device),
+        )
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
         device = sharding.rank_device()
@@ -109,15 +132,18 @@ class HybridDLRM(nn.Module):
         from .sharding.dtensor import checkpoint_entries
 
         return checkpoint_entries(self.embeddings, "embeddings") + [
-            (f"dense.{name}", p, None) for name, p in self.dense.module.named_parameters()]
+            (f"dense.{name}", p, None) for name, p in self.dense.module.named_parameters()
+        ]
 
 
 def local_rows(batch: Batch, rank: int, world_size: int) -> Batch:
     """Rank ``rank``'s equal, contiguous share of a global batch (``B`` must divide by ``W``)."""
     n = len(batch.label)
     if n % world_size:
-        raise ValueError(f"a batch of {n} rows cannot be split equally over {world_size} ranks; "
-                         f"use a batch size and a data size that are multiples of {world_size}")
+        raise ValueError(
+            f"a batch of {n} rows cannot be split equally over {world_size} ranks; "
+            f"use a batch size and a data size that are multiples of {world_size}"
+        )
     rows = slice(rank * n // world_size, (rank + 1) * n // world_size)
     return Batch(batch.dense[rows], batch.sparse[rows], batch.label[rows])
 
@@ -128,21 +154,33 @@ def evaluate_hybrid(model: HybridDLRM, data: ClickLogs, batch_size: int = 8192) 
     must divide by ``W``."""
     rank, world = dist.get_rank(), dist.get_world_size()
     if len(data) % world:
-        raise ValueError(f"{len(data)} evaluation rows cannot be split equally over {world} ranks; "
-                         f"use a multiple of {world}")
+        raise ValueError(
+            f"{len(data)} evaluation rows cannot be split equally over {world} ranks; "
+            f"use a multiple of {world}"
+        )
     share = len(data) // world
-    device = sharding.rank_device()                        # NCCL gathers CUDA tensors only
-    mine = torch.from_numpy(predict(model, data[rank * share:(rank + 1) * share], batch_size // world)).to(device)
+    device = sharding.rank_device()  # NCCL gathers CUDA tensors only
+    mine = torch.from_numpy(predict(model, data[rank * share : (rank + 1) * share], batch_size // world)).to(
+        device
+    )
     everyone = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(everyone, mine)
     probs = torch.cat(everyone).cpu().numpy()
     return scores(data.label, probs)
 
 
-def train_hybrid(model: HybridDLRM, data: ClickLogs, *, epochs: int = 1, batch_size: int = 1024,
-                 lr: float = 1e-3, optimizer: str | torch.optim.Optimizer = "adam", seed: int = 0,
-                 eval_data: ClickLogs | None = None,
-                 budget: sharding.MemoryBudget | None = None) -> History:
+def train_hybrid(
+    model: HybridDLRM,
+    data: ClickLogs,
+    *,
+    epochs: int = 1,
+    batch_size: int = 1024,
+    lr: float = 1e-3,
+    optimizer: str | torch.optim.Optimizer = "adam",
+    seed: int = 0,
+    eval_data: ClickLogs | None = None,
+    budget: sharding.MemoryBudget | None = None,
+) -> History:
     """:func:`course_utils.train.train`, on ``W`` ranks: the same global batches (``batch_size``
     rows, shuffled with ``seed + epoch``), each rank training on its share in the same loop
     (``train.fit``). Run it in every rank; every rank returns the same History (losses
@@ -151,15 +189,25 @@ def train_hybrid(model: HybridDLRM, data: ClickLogs, *, epochs: int = 1, batch_s
     checked after the first step."""
     rank, world = dist.get_rank(), dist.get_world_size()
     if len(data) % batch_size % world:
-        raise ValueError(f"the last batch ({len(data) % batch_size} rows) cannot be split equally over "
-                         f"{world} ranks; use a number of rows that is a multiple of {world}")
+        raise ValueError(
+            f"the last batch ({len(data) % batch_size} rows) cannot be split equally over "
+            f"{world} ranks; use a number of rows that is a multiple of {world}"
+        )
     opt = make_optimizer(model, optimizer, lr) if isinstance(optimizer, str) else optimizer
     shares = MapBatches(InMemoryBatches(data, batch_size, seed), lambda batch: local_rows(batch, rank, world))
-    def check_budget(steps: int) -> None:        # the memory really held, once the optimizer has its state
+
+    def check_budget(steps: int) -> None:  # the memory really held, once the optimizer has its state
         if budget is not None and steps == 1:
             budget.enforce(model, opt)
 
-    history = fit(model, shares, opt, epochs=epochs, distributed=True, after_step=check_budget,
-                  score=None if eval_data is None else lambda: evaluate_hybrid(model, eval_data))
+    history = fit(
+        model,
+        shares,
+        opt,
+        epochs=epochs,
+        distributed=True,
+        after_step=check_budget,
+        score=None if eval_data is None else lambda: evaluate_hybrid(model, eval_data),
+    )
     history.kind, history.rank = "hybrid", rank
     return history

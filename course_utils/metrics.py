@@ -6,6 +6,7 @@ matters (logits or probabilities), ``probs`` probabilities in [0, 1].
 
 Taught in chapter 01.
 """
+
 from __future__ import annotations
 
 import time
@@ -21,8 +22,10 @@ def _as_1d_float64(x, name: str) -> np.ndarray:
         x = x.detach().cpu().numpy()
     arr = np.asarray(x, dtype=np.float64)
     if arr.ndim != 1:
-        raise ValueError(f"{name} must be one-dimensional [N], got shape {arr.shape}; "
-                         f"flatten it first (e.g. {name}.reshape(-1)).")
+        raise ValueError(
+            f"{name} must be one-dimensional [N], got shape {arr.shape}; "
+            f"flatten it first (e.g. {name}.reshape(-1))."
+        )
     return arr
 
 
@@ -30,15 +33,17 @@ def _check_labels_and_scores(labels, scores, scores_name: str):
     y = _as_1d_float64(labels, "labels")
     s = _as_1d_float64(scores, scores_name)
     if y.shape != s.shape:
-        raise ValueError(f"labels has {y.shape[0]} rows but {scores_name} has {s.shape[0]}; "
-                         "pass one score per label.")
+        raise ValueError(
+            f"labels has {y.shape[0]} rows but {scores_name} has {s.shape[0]}; pass one score per label."
+        )
     if y.size and not np.isin(y, (0.0, 1.0)).all():
         bad = y[~np.isin(y, (0.0, 1.0))][:3]
-        raise ValueError(f"labels must be 0 or 1, found {bad.tolist()}; "
-                         "threshold or map them to 0/1 first.")
+        raise ValueError(f"labels must be 0 or 1, found {bad.tolist()}; threshold or map them to 0/1 first.")
     if np.isnan(s).any():
-        raise ValueError(f"{scores_name} contains NaN ({int(np.isnan(s).sum())} of {s.size}); "
-                         "the model diverged or the input had missing values.")
+        raise ValueError(
+            f"{scores_name} contains NaN ({int(np.isnan(s).sum())} of {s.size}); "
+            "the model diverged or the input had missing values."
+        )
     return y, s
 
 
@@ -57,8 +62,10 @@ def auc(labels, scores) -> float:
     n_neg = y.size - n_pos
     if n_pos == 0 or n_neg == 0:
         only = "1s (clicks)" if n_neg == 0 else "0s (no clicks)"
-        raise ValueError(f"AUC needs both classes, but all {y.size} labels are {only}; "
-                         "evaluate on more rows or a different slice.")
+        raise ValueError(
+            f"AUC needs both classes, but all {y.size} labels are {only}; "
+            "evaluate on more rows or a different slice."
+        )
     order = np.argsort(s, kind="mergesort")
     sorted_scores = s[order]
     # Tie groups: [start, end) runs of equal scores in sorted order.
@@ -81,8 +88,10 @@ def logloss(labels, probs, eps: float = 1e-7) -> float:
     if y.size == 0:
         raise ValueError("logloss of zero rows is undefined; pass at least one row.")
     if p.min() < 0.0 or p.max() > 1.0:
-        raise ValueError(f"probs must lie in [0, 1], found range [{p.min():.3g}, {p.max():.3g}]; "
-                         "pass torch.sigmoid(logits), not the logits.")
+        raise ValueError(
+            f"probs must lie in [0, 1], found range [{p.min():.3g}, {p.max():.3g}]; "
+            "pass torch.sigmoid(logits), not the logits."
+        )
     p = np.clip(p, eps, 1.0 - eps)
     return float(-np.mean(y * np.log(p) + (1.0 - y) * np.log1p(-p)))
 
@@ -112,7 +121,7 @@ class Timer:
         self.seconds = self.cpu_seconds = float("nan")
         self._start = self._cpu_start = None
 
-    def __enter__(self) -> "Timer":
+    def __enter__(self) -> Timer:
         self._start, self._cpu_start = time.perf_counter(), time.process_time()
         return self
 

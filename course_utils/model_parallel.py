@@ -15,9 +15,10 @@ instead is tensor parallelism: ``course_utils.tensor_parallel``.
 
 Taught in chapter 05.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -36,15 +37,17 @@ def partition_sequential(model: nn.Sequential, parts: int | Sequence[int]) -> li
     n = len(model)
     if isinstance(parts, int):
         if parts < 1 or n % parts:
-            raise ValueError(f"cannot cut {n} layers into {parts} equal parts: use a number of parts that "
-                             f"divides {n}, or give the layer count of each part, e.g. sizes summing to {n}")
+            raise ValueError(
+                f"cannot cut {n} layers into {parts} equal parts: use a number of parts that "
+                f"divides {n}, or give the layer count of each part, e.g. sizes summing to {n}"
+            )
         sizes = [n // parts] * parts
     else:
         sizes = [int(s) for s in parts]
         if min(sizes, default=0) < 1 or sum(sizes) != n:
             raise ValueError(f"part sizes {sizes} must be positive and add up to the model's {n} layers")
     bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
-    return [model[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    return [model[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=False)]
 
 
 class VerticalSplit(nn.Module):
@@ -55,14 +58,20 @@ class VerticalSplit(nn.Module):
     through the same hops. ``sizes``: layers per part (default: equal).
     """
 
-    def __init__(self, model: nn.Sequential, devices: Sequence[torch.device], sizes: Sequence[int] | None = None):
+    def __init__(
+        self, model: nn.Sequential, devices: Sequence[torch.device], sizes: Sequence[int] | None = None
+    ):
         super().__init__()
         self.devices = [torch.device(d) for d in devices]
-        self.parts = nn.ModuleList(part.to(dev) for part, dev in
-                                   zip(partition_sequential(model, sizes or len(self.devices)), self.devices))
+        self.parts = nn.ModuleList(
+            part.to(dev)
+            for part, dev in zip(
+                partition_sequential(model, sizes or len(self.devices)), self.devices, strict=False
+            )
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for part, device in zip(self.parts, self.devices):
+        for part, device in zip(self.parts, self.devices, strict=False):
             x = part(x.to(device))
         return x
 
@@ -74,8 +83,12 @@ class VerticalSplit(nn.Module):
         import pandas as pd
 
         kept = [0] * len(self.parts)
-        hooks = [layer.register_forward_hook(lambda mod, inp, out, k=k: kept.__setitem__(k, kept[k] + out.nbytes))
-                 for k, part in enumerate(self.parts) for layer in part.modules() if not list(layer.children())]
+        hooks = [
+            layer.register_forward_hook(lambda mod, inp, out, k=k: kept.__setitem__(k, kept[k] + out.nbytes))
+            for k, part in enumerate(self.parts)
+            for layer in part.modules()
+            if not list(layer.children())
+        ]
         try:
             with torch.no_grad():
                 self(example)
@@ -83,16 +96,26 @@ class VerticalSplit(nn.Module):
             for h in hooks:
                 h.remove()
         rows = []
-        for k, (part, device) in enumerate(zip(self.parts, self.devices)):
+        for k, (part, device) in enumerate(zip(self.parts, self.devices, strict=False)):
             params = sum(p.numel() for p in part.parameters())
             weight_bytes = sum(p.nbytes for p in part.parameters())
-            rows.append({"part": k, "device": str(device), "layers": len(part), "parameters": params,
-                         "weights_MB": weight_bytes / 1e6, "gradients_MB": weight_bytes / 1e6,
-                         "optimizer_MB": optimizer_copies * weight_bytes / 1e6, "activations_MB": kept[k] / 1e6})
+            rows.append(
+                {
+                    "part": k,
+                    "device": str(device),
+                    "layers": len(part),
+                    "parameters": params,
+                    "weights_MB": weight_bytes / 1e6,
+                    "gradients_MB": weight_bytes / 1e6,
+                    "optimizer_MB": optimizer_copies * weight_bytes / 1e6,
+                    "activations_MB": kept[k] / 1e6,
+                }
+            )
         return pd.DataFrame(rows).set_index("part")
 
 
 # --- embedding tables on different devices --------------------------------------------------
+
 
 def place_embedding_tables(model, devices: Sequence[torch.device], balance: bool = True) -> list[int]:
     """Move each table of a DLRM (``model.embeddings``) to one of ``devices``; the dense
@@ -100,11 +123,11 @@ def place_embedding_tables(model, devices: Sequence[torch.device], balance: bool
     holding the fewest bytes so far (greedy); else round robin. Returns each table's
     index into ``devices``."""
     sizes = [bag.weight.nbytes for bag in model.embeddings]
-    if balance:                                    # the greedy rule of table-wise sharding (chapter 07)
+    if balance:  # the greedy rule of table-wise sharding (chapter 07)
         where = place_largest_first(sizes, len(devices))
     else:
         where = [t % len(devices) for t in range(len(sizes))]
-    for bag, d in zip(model.embeddings, where):
+    for bag, d in zip(model.embeddings, where, strict=False):
         bag.to(devices[d])
     return where
 
@@ -114,6 +137,6 @@ def lookup_placed(model, sparse: torch.Tensor, output_device: torch.device) -> t
     ``output_device``. Only the ids travel to a table's device, and only [B, D] comes back."""
     out = []
     for t, bag in enumerate(model.embeddings):
-        ids = sparse[:, t:t + 1].to(bag.weight.device)
+        ids = sparse[:, t : t + 1].to(bag.weight.device)
         out.append(bag(ids).to(output_device))
     return torch.stack(out, dim=1)

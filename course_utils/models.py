@@ -11,10 +11,11 @@ chapters shard the first and replicate the second.
 
 Taught in chapter 01.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -26,9 +27,13 @@ __all__ = ["DLRMConfig", "DLRM", "memory_report", "OPTIMIZERS", "OPTIMIZER_STATE
 #: The optimizers the course trains with, by name: ``(torch class, its options besides lr,
 #: extra float copies of every parameter it keeps)``. ``train.make_optimizer`` builds them,
 #: ``memory_report`` and ``sharding.MemoryBudget`` count their state.
-OPTIMIZERS = {"sgd": (torch.optim.SGD, {}, 0), "sgd_momentum": (torch.optim.SGD, {"momentum": 0.9}, 1),
-              "adagrad": (torch.optim.Adagrad, {}, 1), "adam": (torch.optim.Adam, {}, 2),
-              "adamw": (torch.optim.AdamW, {}, 2)}
+OPTIMIZERS = {
+    "sgd": (torch.optim.SGD, {}, 0),
+    "sgd_momentum": (torch.optim.SGD, {"momentum": 0.9}, 1),
+    "adagrad": (torch.optim.Adagrad, {}, 1),
+    "adam": (torch.optim.Adam, {}, 2),
+    "adamw": (torch.optim.AdamW, {}, 2),
+}
 
 #: Extra float copies of every parameter an optimizer keeps.
 OPTIMIZER_STATE_COPIES = {name: copies for name, (_, _, copies) in OPTIMIZERS.items()}
@@ -43,6 +48,7 @@ class DLRMConfig:
     bottom_mlp: hidden widths of the bottom MLP (n_dense -> ... -> D).
     top_mlp: hidden widths of the top MLP (D + P -> ... -> 1).
     """
+
     cardinalities: tuple
     n_dense: int = 13
     embedding_dim: int = 16
@@ -77,19 +83,28 @@ class DLRMConfig:
 
     def dense_parameter_count(self) -> int:
         """Weights and biases of both MLPs."""
-        return sum(a * b + b for widths in (self.bottom_widths(), self.top_widths())
-                   for a, b in zip(widths[:-1], widths[1:]))
+        return sum(
+            a * b + b
+            for widths in (self.bottom_widths(), self.top_widths())
+            for a, b in zip(widths[:-1], widths[1:], strict=False)
+        )
 
-    def build(self, seed: int = 0, sparse_gradients: bool = False) -> "DLRM":
+    def build(self, seed: int = 0, sparse_gradients: bool = False) -> DLRM:
         """Allocate the model (check ``memory_report(config)`` first for big ones)."""
-        return DLRM(self.cardinalities, n_dense=self.n_dense, embedding_dim=self.embedding_dim,
-                    bottom_mlp=self.bottom_mlp, top_mlp=self.top_mlp, seed=seed,
-                    sparse_gradients=sparse_gradients)
+        return DLRM(
+            self.cardinalities,
+            n_dense=self.n_dense,
+            embedding_dim=self.embedding_dim,
+            bottom_mlp=self.bottom_mlp,
+            top_mlp=self.top_mlp,
+            seed=seed,
+            sparse_gradients=sparse_gradients,
+        )
 
 
 def _mlp(widths: Sequence[int], last_relu: bool) -> nn.Sequential:
     layers = []
-    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:], strict=False)):
         layers.append(nn.Linear(a, b))
         if last_relu or i < len(widths) - 2:
             layers.append(nn.ReLU())
@@ -108,14 +123,25 @@ class DLRM(nn.Module):
     which SGD and Adagrad accept (Adam does not); see chapter 01.
     """
 
-    def __init__(self, cardinalities: Sequence[int], *, n_dense: int = 13, embedding_dim: int = 16,
-                 bottom_mlp: Sequence[int] = (64,), top_mlp: Sequence[int] = (64, 32), seed: int = 0,
-                 sparse_gradients: bool = False):
+    def __init__(
+        self,
+        cardinalities: Sequence[int],
+        *,
+        n_dense: int = 13,
+        embedding_dim: int = 16,
+        bottom_mlp: Sequence[int] = (64,),
+        top_mlp: Sequence[int] = (64, 32),
+        seed: int = 0,
+        sparse_gradients: bool = False,
+    ):
         super().__init__()
-        self.config = DLRMConfig(tuple(cardinalities), n_dense, embedding_dim, tuple(bottom_mlp), tuple(top_mlp))
+        self.config = DLRMConfig(
+            tuple(cardinalities), n_dense, embedding_dim, tuple(bottom_mlp), tuple(top_mlp)
+        )
         cfg = self.config
-        self.embeddings = nn.ModuleList(nn.EmbeddingBag(c, embedding_dim, mode="sum", sparse=sparse_gradients)
-                                        for c in cfg.cardinalities)
+        self.embeddings = nn.ModuleList(
+            nn.EmbeddingBag(c, embedding_dim, mode="sum", sparse=sparse_gradients) for c in cfg.cardinalities
+        )
         self.bottom = _mlp(cfg.bottom_widths(), last_relu=True)
         self.top = _mlp(cfg.top_widths(), last_relu=False)
         upper_i, upper_j = torch.triu_indices(cfg.n_tables + 1, cfg.n_tables + 1, offset=1)
@@ -128,7 +154,7 @@ class DLRM(nn.Module):
     def reset_parameters(self, seed: int = 0) -> None:
         gen = torch.Generator().manual_seed(seed)
         for bag in self.embeddings:
-            bound = bag.num_embeddings ** -0.5
+            bound = bag.num_embeddings**-0.5
             bag.weight.uniform_(-bound, bound, generator=gen)
         for layer in [*self.bottom, *self.top]:
             if isinstance(layer, nn.Linear):
@@ -149,14 +175,14 @@ class DLRM(nn.Module):
     def embed(self, sparse: torch.Tensor) -> torch.Tensor:
         """Look up one id per table per row: ``sparse [B, T] int64 -> [B, T, D]``."""
         check_ids(sparse, self._cardinalities, name="sparse")
-        return torch.stack([bag(sparse[:, t:t + 1]) for t, bag in enumerate(self.embeddings)], dim=1)
+        return torch.stack([bag(sparse[:, t : t + 1]) for t, bag in enumerate(self.embeddings)], dim=1)
 
     def interact(self, bottom_out: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
         """Dot interaction: ``[B, D]`` and ``[B, T, D]`` -> ``[B, D + P]``, the bottom
         output followed by the strictly upper triangle of the Gram matrix of the
         ``T + 1`` vectors (row-major order: pairs (0,1), (0,2), .., (T-1,T))."""
-        z = torch.cat([bottom_out.unsqueeze(1), embedded], dim=1)          # [B, T+1, D]
-        gram = torch.bmm(z, z.transpose(1, 2))                              # [B, T+1, T+1]
+        z = torch.cat([bottom_out.unsqueeze(1), embedded], dim=1)  # [B, T+1, D]
+        gram = torch.bmm(z, z.transpose(1, 2))  # [B, T+1, T+1]
         return torch.cat([bottom_out, gram[:, self._upper_i, self._upper_j]], dim=1)
 
     def interact_and_predict(self, bottom_out: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
@@ -197,15 +223,18 @@ def memory_report(config, optimizer: str = "adam", bytes_per_value: int = 4, rea
     copies = OPTIMIZER_STATE_COPIES[optimizer]
     rows = {"embeddings": cfg.embedding_parameter_count(), "dense": cfg.dense_parameter_count()}
     rows["total"] = rows["embeddings"] + rows["dense"]
-    table = pd.DataFrame({
-        "parameters": rows,
-        "weights": {k: v * bytes_per_value for k, v in rows.items()},
-        "gradients": {k: v * bytes_per_value for k, v in rows.items()},
-        "optimizer_state": {k: v * bytes_per_value * copies for k, v in rows.items()},
-    })
+    table = pd.DataFrame(
+        {
+            "parameters": rows,
+            "weights": {k: v * bytes_per_value for k, v in rows.items()},
+            "gradients": {k: v * bytes_per_value for k, v in rows.items()},
+            "optimizer_state": {k: v * bytes_per_value * copies for k, v in rows.items()},
+        }
+    )
     table["training_total"] = table["weights"] + table["gradients"] + table["optimizer_state"]
     table = table.astype("int64")
     if readable:
-        return table.apply(lambda col: col.map(
-            (lambda n: f"{n:,}") if col.name == "parameters" else format_bytes))
+        return table.apply(
+            lambda col: col.map((lambda n: f"{n:,}") if col.name == "parameters" else format_bytes)
+        )
     return table

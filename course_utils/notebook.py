@@ -2,6 +2,7 @@
 
 Taught in chapter 00 (``environment``, ``show_source``); ``show_diff`` in chapters 04 and 06.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -66,6 +67,7 @@ def show_diff(before, after, context: int = 3) -> None:
     (lines starting ``-`` go, ``+`` come): each step of the course as a small change of
     the last, e.g. ``show_diff(NaiveDDP, BucketedDDP)``."""
     (head_a, a), (head_b, b) = source_of(before), source_of(after)
-    lines = difflib.unified_diff(a.splitlines(), b.splitlines(), fromfile=head_a[2:], tofile=head_b[2:],
-                                 n=context, lineterm="")
+    lines = difflib.unified_diff(
+        a.splitlines(), b.splitlines(), fromfile=head_a[2:], tofile=head_b[2:], n=context, lineterm=""
+    )
     print("\n".join(lines))

@@ -10,6 +10,7 @@ way too (``torch.cuda._device_count_nvml``); this module adds their names.
 
 Taught in chapter 00. Only ``visible_gpus`` is meant to be called.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -42,6 +43,7 @@ def _library():
 
 def _all_gpus(lib) -> list[GPUInfo]:
     """Every GPU the driver knows, in NVML's (PCI bus) order; raises OSError if NVML fails."""
+
     def check(code: int, what: str):
         if code != 0:
             raise OSError(f"NVML {what} failed with code {code}")
@@ -54,7 +56,11 @@ def _all_gpus(lib) -> list[GPUInfo]:
         for index in range(count.value):
             handle = ctypes.c_void_p()
             check(lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)), "handle")
-            name, uuid, memory = ctypes.create_string_buffer(_BUFFER), ctypes.create_string_buffer(_BUFFER), _Memory()
+            name, uuid, memory = (
+                ctypes.create_string_buffer(_BUFFER),
+                ctypes.create_string_buffer(_BUFFER),
+                _Memory(),
+            )
             check(lib.nvmlDeviceGetName(handle, name, _BUFFER), "name")
             check(lib.nvmlDeviceGetUUID(handle, uuid, _BUFFER), "uuid")
             check(lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)), "memory")

@@ -20,6 +20,7 @@ would break that. So ``Progress`` works like this:
 
 Not taught in a chapter: support code (the training loops' progress line).
 """
+
 from __future__ import annotations
 
 import sys
@@ -60,6 +61,7 @@ class Progress:
         self._handle = None
         if self.mode == "notebook":
             from IPython.display import display
+
             self._handle = display({"text/plain": ""}, raw=True, display_id=True)
 
     @property
@@ -93,7 +95,7 @@ class Progress:
             sys.stderr.flush()
         self.mode = "nowhere"
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:

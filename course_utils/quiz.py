@@ -17,6 +17,7 @@ and question.
 
 Not taught in a chapter: every chapter ends with its quiz, ``quiz.ask(NN)``.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,17 +37,19 @@ _OPTION = re.compile(r"(?:[-*]\s+)?(\*\*)?([A-Z])\.(?:\*\*)?\s+(\S.*)")  # "A. x
 @dataclass(frozen=True)
 class Question:
     """One question: its number, text, lines shown before the options, options, answer."""
+
     number: int
     text: str
-    body: str                   # explanatory lines or a code block, "" if none
-    options: dict[str, str]     # letter -> option text (inline markdown kept)
-    answer: str = ""            # the right letter (from the answers file)
+    body: str  # explanatory lines or a code block, "" if none
+    options: dict[str, str]  # letter -> option text (inline markdown kept)
+    answer: str = ""  # the right letter (from the answers file)
     explanation: str = ""
 
 
 @dataclass(frozen=True)
 class Quiz:
     """A chapter's quiz: ``chapter`` number, ``title`` and its questions in order."""
+
     chapter: int
     title: str
     questions: tuple[Question, ...]
@@ -55,6 +58,7 @@ class Quiz:
 @dataclass(frozen=True)
 class Graded:
     """One graded question: the letter ``given``, the right ``answer``, its text and why."""
+
     number: int
     given: str
     answer: str
@@ -69,6 +73,7 @@ class Result:
 
     ``repr`` is one line; ``str`` is the full report that ``check`` prints.
     """
+
     chapter: int
     title: str
     score: int
@@ -115,40 +120,51 @@ def _parse(path: Path) -> tuple[int, str, list[Question], dict[int, list[str]]]:
     if not title:
         raise ValueError(f"{path.name}: the first line must be '# Chapter NN - Title'")
     blocks: list[dict] = []
-    fenced = False                                  # inside a ``` code block
+    fenced = False  # inside a ``` code block
     for line in lines[1:]:
         s = line.strip()
         heading, option = not fenced and _QUESTION.fullmatch(s), not fenced and _OPTION.fullmatch(s)
         fenced ^= s.startswith(("```", "~~~"))
         if heading:
-            blocks.append(dict(number=int(heading[1]), text=heading[2],
-                               body=[], options={}, bold=[], after=[]))
+            blocks.append(
+                dict(number=int(heading[1]), text=heading[2], body=[], options={}, bold=[], after=[])
+            )
         elif not blocks:
-            continue                                # text before the first question is ignored
+            continue  # text before the first question is ignored
         elif option and not blocks[-1]["after"]:
             b, letter, text = blocks[-1], option[2], option[3]
             if letter in b["options"]:
                 raise ValueError(f"{path.name}, question {b['number']}: option {letter} appears twice")
-            if option[1]:                           # **B. text** or **B.** text
+            if option[1]:  # **B. text** or **B.** text
                 b["bold"].append(letter)
                 text = text[:-2].rstrip() if text.endswith("**") else text
             b["options"][letter] = text
         elif blocks[-1]["options"]:
             if s or blocks[-1]["after"]:
-                blocks[-1]["after"].append(line.rstrip())   # after the options: explanation
+                blocks[-1]["after"].append(line.rstrip())  # after the options: explanation
         else:
-            blocks[-1]["body"].append(line.rstrip())        # between heading and options
+            blocks[-1]["body"].append(line.rstrip())  # between heading and options
     questions = []
     for i, b in enumerate(blocks, start=1):
         where = f"{path.name}, question {b['number']}"
         if b["number"] != i:
             raise ValueError(f"{where}: questions must be numbered 1, 2, 3, ... in order (expected {i})")
         if tuple(b["options"]) != OPTIONS:
-            raise ValueError(f"{where}: expected options {', '.join(OPTIONS)}, one per line, in that "
-                             f"order; found {', '.join(b['options']) or 'none'}")
+            raise ValueError(
+                f"{where}: expected options {', '.join(OPTIONS)}, one per line, in that "
+                f"order; found {', '.join(b['options']) or 'none'}"
+            )
         answer = b["bold"][0] if len(b["bold"]) == 1 else ""
-        questions.append(Question(b["number"], b["text"], "\n".join(b["body"]).strip("\n"), b["options"],
-                                  answer, "\n".join(b["after"]).strip()))
+        questions.append(
+            Question(
+                b["number"],
+                b["text"],
+                "\n".join(b["body"]).strip("\n"),
+                b["options"],
+                answer,
+                "\n".join(b["after"]).strip(),
+            )
+        )
     return int(title[1]), title[2], questions, {b["number"]: b["bold"] for b in blocks}
 
 
@@ -165,8 +181,10 @@ def load(chapter: int | str, quiz_dir: str | os.PathLike | None = None) -> Quiz:
     if not qfile.is_file():
         known = ", ".join(map(str, chapters(where)))
         found = f"quizzes exist for chapters {known}" if known else "there are no quizzes"
-        raise ValueError(f"no quiz for chapter {n}; {found} in {where} "
-                         f"(set COURSE_QUIZ_DIR or quiz_dir= to look elsewhere)")
+        raise ValueError(
+            f"no quiz for chapter {n}; {found} in {where} "
+            f"(set COURSE_QUIZ_DIR or quiz_dir= to look elsewhere)"
+        )
     if not afile.is_file():
         raise ValueError(f"{afile.name} is missing: add it next to {qfile.name}")
     (qn, qtitle, asked, qbold), (an, atitle, answered, abold) = _parse(qfile), _parse(afile)
@@ -177,18 +195,21 @@ def load(chapter: int | str, quiz_dir: str | os.PathLike | None = None) -> Quiz:
             raise ValueError(f"{path.name}: expected {QUESTIONS_PER_CHAPTER} questions, found {len(found)}")
     if " ".join(qtitle.split()) != " ".join(atitle.split()):
         raise ValueError(f"{afile.name}: title {atitle!r} differs from {qtitle!r} in {qfile.name}")
-    for q, a in zip(asked, answered):
+    for q, a in zip(asked, answered, strict=False):
         at, aat = f"{qfile.name}, question {q.number}", f"{afile.name}, question {q.number}"
         pairs = [("the question", q.text, a.text), ("the text before the options", q.body, a.body)]
         for what, x, y in pairs + [(f"option {k}", q.options[k], a.options[k]) for k in OPTIONS]:
             if " ".join(x.split()) != " ".join(y.split()):
                 raise ValueError(f"{aat}: {what} differs from {qfile.name}: {y!r} vs {x!r}")
         if qbold[q.number] or q.explanation:
-            raise ValueError(f"{at}: bold options and text after the options belong in "
-                             f"{afile.name} only (the questions file must not reveal answers)")
+            raise ValueError(
+                f"{at}: bold options and text after the options belong in "
+                f"{afile.name} only (the questions file must not reveal answers)"
+            )
         if len(abold[q.number]) != 1:
-            raise ValueError(f"{aat}: expected exactly one bold option (like **B. text**), "
-                             f"found {len(abold[q.number])}")
+            raise ValueError(
+                f"{aat}: expected exactly one bold option (like **B. text**), found {len(abold[q.number])}"
+            )
         if not a.explanation:
             raise ValueError(f"{aat}: add one or two sentences of explanation after the options")
     return Quiz(n, qtitle, tuple(answered))
@@ -205,7 +226,7 @@ def _render(quiz: Quiz) -> tuple[str, str]:
         text += ["", f"{q.number}. {q.text}"]
         text += ["   " + line if line else "" for line in q.body.splitlines() + options]
         md += ["", f"**{q.number}. {q.text}**", ""] + ([q.body, ""] if q.body else [])
-        md += ["  \n".join(options)]                # two spaces: a line break in Markdown
+        md += ["  \n".join(options)]  # two spaces: a line break in Markdown
     text += ["", f"Check your answers: {call} {hint}"]
     md += ["", f"Check your answers: `{call}` {hint}"]
     return "\n".join(text), "\n".join(md)
@@ -216,6 +237,7 @@ def ask(chapter: int | str, quiz_dir: str | os.PathLike | None = None) -> None:
     text, markdown = _render(load(chapter, quiz_dir))
     if in_kernel():
         from IPython.display import display
+
         display({"text/plain": text, "text/markdown": markdown}, raw=True)
     else:
         print(text)
@@ -230,13 +252,15 @@ def _letters(quiz: Quiz, answers: str | dict | list | tuple) -> list[str]:
         try:
             keyed = {int(k): v for k, v in answers.items()}
         except (TypeError, ValueError):
-            raise ValueError(f"answers dict keys must be question numbers 1..{n}, "
-                             f"got {list(answers)}") from None
+            raise ValueError(
+                f"answers dict keys must be question numbers 1..{n}, got {list(answers)}"
+            ) from None
         missing = [i for i in range(1, n + 1) if i not in keyed]
         unknown = sorted(set(keyed) - set(range(1, n + 1)))
         if missing or unknown:
-            raise ValueError(f"answers dict needs one key per question 1..{n}: "
-                             f"missing {missing}, unknown {unknown}")
+            raise ValueError(
+                f"answers dict needs one key per question 1..{n}: missing {missing}, unknown {unknown}"
+            )
         given = [keyed[i] for i in range(1, n + 1)]
     elif isinstance(answers, (list, tuple)):
         given = list(answers)
@@ -245,19 +269,26 @@ def _letters(quiz: Quiz, answers: str | dict | list | tuple) -> list[str]:
     if len(given) != n:
         raise ValueError(f"expected {n} answers, got {len(given)} ({answers!r}); {how}")
     letters = [g.strip().upper() if isinstance(g, str) else g for g in given]
-    for q, letter in zip(quiz.questions, letters):
+    for q, letter in zip(quiz.questions, letters, strict=False):
         if letter not in q.options:
-            raise ValueError(f"question {q.number}: {letter!r} is not an option; "
-                             f"choose one of {', '.join(q.options)}")
+            raise ValueError(
+                f"question {q.number}: {letter!r} is not an option; choose one of {', '.join(q.options)}"
+            )
     return letters
 
 
-def check(chapter: int | str, answers: str | dict | list | tuple,
-          quiz_dir: str | os.PathLike | None = None, show: bool = True) -> Result:
+def check(
+    chapter: int | str,
+    answers: str | dict | list | tuple,
+    quiz_dir: str | os.PathLike | None = None,
+    show: bool = True,
+) -> Result:
     """Grade ``answers`` ("BCAD ABCD", a list, or {1: "B", ...}); print the report if ``show``."""
     quiz = load(chapter, quiz_dir)
-    details = tuple(Graded(q.number, g, q.answer, g == q.answer, q.options[q.answer], q.explanation)
-                    for q, g in zip(quiz.questions, _letters(quiz, answers)))
+    details = tuple(
+        Graded(q.number, g, q.answer, g == q.answer, q.options[q.answer], q.explanation)
+        for q, g in zip(quiz.questions, _letters(quiz, answers), strict=False)
+    )
     result = Result(quiz.chapter, quiz.title, sum(g.correct for g in details), len(details), details)
     if show:
         print(result)

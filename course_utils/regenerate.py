@@ -8,6 +8,7 @@ folder) that ``pytest --nbval`` uses, so what is stored is what the tests see.
 
 Not taught in a chapter: authors' tooling (CONTRIBUTING.md, notebook rule 7).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,16 +26,18 @@ def regenerate(path: Path, timeout: int = 600) -> float:
 
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
     nbformat.write(nb, path)
     return time.perf_counter() - start
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("notebooks", nargs="*", type=Path,
-                        help="notebooks to run (default: every chapters/*.ipynb)")
+    parser.add_argument(
+        "notebooks", nargs="*", type=Path, help="notebooks to run (default: every chapters/*.ipynb)"
+    )
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
     args = parser.parse_args(argv)
     paths = args.notebooks or sorted(CHAPTERS.glob("*.ipynb"))

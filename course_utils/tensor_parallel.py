@@ -15,26 +15,37 @@ Megatron-LM MLP) needs no collective between the two layers.
 
 Taught in chapter 05 (section 5, inter-operation vs intra-operation parallelism).
 """
+
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-__all__ = ["shard", "CopyToRanks", "SumOverRanks", "GatherColumns", "ColumnParallelLinear", "RowParallelLinear"]
+__all__ = [
+    "shard",
+    "CopyToRanks",
+    "SumOverRanks",
+    "GatherColumns",
+    "ColumnParallelLinear",
+    "RowParallelLinear",
+]
 
 
 def shard(t: torch.Tensor, dim: int) -> torch.Tensor:
     """This rank's equal slice of ``t`` along ``dim``."""
     world = dist.get_world_size()
     if t.shape[dim] % world:
-        raise ValueError(f"dimension {dim} of size {t.shape[dim]} cannot be split evenly across {world} ranks")
+        raise ValueError(
+            f"dimension {dim} of size {t.shape[dim]} cannot be split evenly across {world} ranks"
+        )
     return t.chunk(world, dim)[dist.get_rank()]
 
 
 class CopyToRanks(torch.autograd.Function):
     """Forward: x is already on every rank (identity). Backward: each rank holds only part
     of dL/dx, so all_reduce sums them (column-parallel's input needs this)."""
+
     @staticmethod
     def forward(ctx, x):
         return x
@@ -48,6 +59,7 @@ class CopyToRanks(torch.autograd.Function):
 
 class SumOverRanks(torch.autograd.Function):
     """Forward: all_reduce sums the partial outputs. Backward: every rank gets the full gradient."""
+
     @staticmethod
     def forward(ctx, partial):
         total = partial.clone()
@@ -61,6 +73,7 @@ class SumOverRanks(torch.autograd.Function):
 
 class GatherColumns(torch.autograd.Function):
     """Forward: all_gather the ranks' [B, out/w] slices into [B, out]. Backward: keep own slice."""
+
     @staticmethod
     def forward(ctx, part):
         pieces = [torch.empty_like(part) for _ in range(dist.get_world_size())]

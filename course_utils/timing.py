@@ -16,6 +16,7 @@ course uses one of them.
 
 Taught in chapters 03 to 06 (``synchronize`` in 03, ``Stopwatch`` in 05, ``CudaSpan`` in 06).
 """
+
 from __future__ import annotations
 
 import time

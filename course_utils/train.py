@@ -14,12 +14,13 @@ hybrid training (``course_utils.hybrid``) all run, so they all return a ``Histor
 
 Taught in chapters 01 (the step) and 04 (one loop for every variant).
 """
+
 from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
@@ -34,8 +35,17 @@ from .models import OPTIMIZERS
 from .progress import Progress
 from .timing import Stopwatch
 
-__all__ = ["make_optimizer", "bce_loss", "train_step", "finish_gradient_sync", "predict", "evaluate",
-           "History", "fit", "train"]
+__all__ = [
+    "make_optimizer",
+    "bce_loss",
+    "train_step",
+    "finish_gradient_sync",
+    "predict",
+    "evaluate",
+    "History",
+    "fit",
+    "train",
+]
 
 
 def make_optimizer(model: nn.Module, name: str = "adam", lr: float = 1e-3) -> torch.optim.Optimizer:
@@ -51,8 +61,9 @@ def bce_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     return nn.functional.binary_cross_entropy_with_logits(model(batch.dense, batch.sparse), batch.label)
 
 
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch,
-               accumulation_steps: int = 1) -> float:
+def train_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, accumulation_steps: int = 1
+) -> float:
     """One step of gradient descent on the batch's mean loss; returns that loss.
 
     With ``accumulation_steps`` k, the batch is cut into k micro-batches whose gradients add
@@ -61,7 +72,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch,
     micro-batches' gradients local, and ``finish_gradient_sync`` averages them over the ranks.
     """
     optimizer.zero_grad(set_to_none=True)
-    micro = list(zip(*(t.chunk(accumulation_steps) for t in batch)))
+    micro = list(zip(*(t.chunk(accumulation_steps) for t in batch), strict=False))
     no_sync = getattr(model, "no_sync", contextlib.nullcontext)
     step_loss = 0.0
     for i, part in enumerate(micro):
@@ -87,8 +98,9 @@ def predict(model: nn.Module, data: ClickLogs, batch_size: int = 8192) -> np.nda
     was_training = model.training
     model.eval()
     try:
-        probs = [torch.sigmoid(model(b.dense, b.sparse)).double().cpu().numpy()
-                 for b in data.batches(batch_size)]
+        probs = [
+            torch.sigmoid(model(b.dense, b.sparse)).double().cpu().numpy() for b in data.batches(batch_size)
+        ]
     finally:
         model.train(was_training)
     return np.concatenate(probs) if probs else np.zeros(0)
@@ -114,6 +126,7 @@ class History:
     collectives: all-reduces a by-hand DDP started (else None). state: the final weights (CPU copies),
     where the caller keeps them (DDP runs do). Times vary run to run; the rest is deterministic.
     """
+
     step_loss: list = field(default_factory=list)
     step_seconds: list = field(default_factory=list, repr=False)
     epochs: list = field(default_factory=list)
@@ -152,11 +165,24 @@ def _mean_over_ranks(values: list, device: torch.device) -> list:
     return (total / dist.get_world_size()).cpu().tolist()
 
 
-def fit(model: nn.Module, batches, optimizer: torch.optim.Optimizer, *, epochs: int = 1,
-        max_steps: int | None = None, accumulation_steps: int = 1, warmup_steps: int = 0,
-        set_epoch: bool = True, distributed: bool = False, score: Callable[[], dict] | None = None,
-        after_step: Callable[[int], None] | None = None, device: torch.device | None = None,
-        desc: str = "", live: bool = False, verbose: bool = False) -> History:
+def fit(
+    model: nn.Module,
+    batches,
+    optimizer: torch.optim.Optimizer,
+    *,
+    epochs: int = 1,
+    max_steps: int | None = None,
+    accumulation_steps: int = 1,
+    warmup_steps: int = 0,
+    set_epoch: bool = True,
+    distributed: bool = False,
+    score: Callable[[], dict] | None = None,
+    after_step: Callable[[int], None] | None = None,
+    device: torch.device | None = None,
+    desc: str = "",
+    live: bool = False,
+    verbose: bool = False,
+) -> History:
     """Train ``model`` on ``batches`` for ``epochs`` epochs (at most ``max_steps`` steps); return a History.
 
     batches: a loader (``course_utils.data.loaders``): ``len()`` steps per epoch, iterated once per
@@ -171,11 +197,14 @@ def fit(model: nn.Module, batches, optimizer: torch.optim.Optimizer, *, epochs: 
         model's first parameter's). desc, live: the progress line (shown only if ``live``).
     """
     device = device if device is not None else next(model.parameters()).device
-    in_use = getattr(model, "devices", [device])    # DataParallelByHand works on several
+    in_use = getattr(model, "devices", [device])  # DataParallelByHand works on several
     world = dist.get_world_size() if distributed else 1
     warm = max(warmup_steps, 1)
-    scheduler = (torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warm))
-                 if warmup_steps > 0 else None)
+    scheduler = (
+        torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warm))
+        if warmup_steps > 0
+        else None
+    )
     total = epochs * len(batches) if max_steps is None else min(epochs * len(batches), max_steps)
     history, done = History(world_size=world), 0
     model.train()
@@ -187,9 +216,9 @@ def fit(model: nn.Module, batches, optimizer: torch.optim.Optimizer, *, epochs: 
             if set_epoch:
                 batches.set_epoch(epoch)
             losses = []
-            with Stopwatch(*in_use) as wall:                # the epoch, data loading included
+            with Stopwatch(*in_use) as wall:  # the epoch, data loading included
                 for batch in batches:
-                    with Stopwatch(*in_use) as step:        # the step alone (GPUs: until their work is done)
+                    with Stopwatch(*in_use) as step:  # the step alone (GPUs: until their work is done)
                         batch = Batch(*(t.to(device) for t in batch))
                         losses.append(train_step(model, optimizer, batch, accumulation_steps))
                         if scheduler is not None:
@@ -202,7 +231,7 @@ def fit(model: nn.Module, batches, optimizer: torch.optim.Optimizer, *, epochs: 
                         after_step(done)
                     if done == total:
                         break
-                if distributed:                             # one collective per epoch, not one per step
+                if distributed:  # one collective per epoch, not one per step
                     losses = _mean_over_ranks(losses, device)
             history.seconds += wall.seconds
             history.step_loss += losses
@@ -214,9 +243,18 @@ def fit(model: nn.Module, batches, optimizer: torch.optim.Optimizer, *, epochs: 
     return history
 
 
-def train(model: nn.Module, data: ClickLogs, *, epochs: int = 1, batch_size: int = 1024,
-          lr: float = 1e-3, optimizer: str | torch.optim.Optimizer = "adam", seed: int = 0,
-          eval_data: ClickLogs | None = None, verbose: bool = False) -> History:
+def train(
+    model: nn.Module,
+    data: ClickLogs,
+    *,
+    epochs: int = 1,
+    batch_size: int = 1024,
+    lr: float = 1e-3,
+    optimizer: str | torch.optim.Optimizer = "adam",
+    seed: int = 0,
+    eval_data: ClickLogs | None = None,
+    verbose: bool = False,
+) -> History:
     """Train ``model`` on ``data`` with shuffled mini-batches; evaluate after each epoch.
 
     Deterministic given ``seed`` (and the model's own initial weights): epoch
@@ -228,5 +266,11 @@ def train(model: nn.Module, data: ClickLogs, *, epochs: int = 1, batch_size: int
     if len(data) == 0:
         raise ValueError("data has no rows to train on.")
     opt = make_optimizer(model, optimizer, lr) if isinstance(optimizer, str) else optimizer
-    return fit(model, InMemoryBatches(data, batch_size, seed=seed), opt, epochs=epochs, verbose=verbose,
-               score=None if eval_data is None else lambda: evaluate(model, eval_data))
+    return fit(
+        model,
+        InMemoryBatches(data, batch_size, seed=seed),
+        opt,
+        epochs=epochs,
+        verbose=verbose,
+        score=None if eval_data is None else lambda: evaluate(model, eval_data),
+    )

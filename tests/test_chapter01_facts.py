@@ -1,4 +1,5 @@
 """The numbers in quiz/chapter01-answers.md, computed by the code the chapter teaches."""
+
 import math
 import re
 from pathlib import Path
@@ -8,10 +9,13 @@ import pytest
 from course_utils import data
 from course_utils.models import DLRMConfig, memory_report
 
-ANSWERS = (Path(__file__).resolve().parent.parent / "quiz" / "chapter01-answers.md").read_text(encoding="utf-8")
-MLPERF = DLRMConfig(data.CRITEO_1TB_CARDINALITIES, embedding_dim=128,
-                    bottom_mlp=(512, 256), top_mlp=(1024, 1024, 512, 256))
-GiB = 2 ** 30
+ANSWERS = (Path(__file__).resolve().parent.parent / "quiz" / "chapter01-answers.md").read_text(
+    encoding="utf-8"
+)
+MLPERF = DLRMConfig(
+    data.CRITEO_1TB_CARDINALITIES, embedding_dim=128, bottom_mlp=(512, 256), top_mlp=(1024, 1024, 512, 256)
+)
+GiB = 2**30
 
 
 def right_option(question: int) -> str:
@@ -36,6 +40,7 @@ def test_q2_table_with_adam_state():
 def _zeros(cfg):
     """A bottom output [2, D] and embeddings [2, T, D] of zeros."""
     import torch
+
     return torch.zeros(2, cfg.embedding_dim), torch.zeros(2, cfg.n_tables, cfg.embedding_dim)
 
 
@@ -58,8 +63,8 @@ def test_q4_one_pass_over_criteo_1tb_at_50k_samples_per_second():
 def test_q6_mlperf_tables_with_adam_and_eight_devices():
     report = memory_report(MLPERF, optimizer="adam")
     emb = report.loc["embeddings", "training_total"]
-    assert round(emb / GiB) == 358                      # the figure in the question
-    assert math.ceil(emb / (80 * GiB)) == 5             # needs at least 5 devices of 80 GiB...
-    assert round(emb / 8 / GiB) == 45                   # ...and 8 hold about 45 GiB each
+    assert round(emb / GiB) == 358  # the figure in the question
+    assert math.ceil(emb / (80 * GiB)) == 5  # needs at least 5 devices of 80 GiB...
+    assert round(emb / 8 / GiB) == 45  # ...and 8 hold about 45 GiB each
     assert "about 45 GiB each" in ANSWERS
     assert right_option(6).startswith("D. Model parallelism")

@@ -1,5 +1,6 @@
 """Checkpoint and resume: a resumed run continues bit for bit like an uninterrupted one
 (rank-0 torch.save for replicated DDP state, torch.distributed.checkpoint for sharded state)."""
+
 from pathlib import Path
 
 import pytest
@@ -25,9 +26,9 @@ def test_resumable_sampler_skips_exactly_what_was_consumed():
     order = list(whole)
     resumed = checkpoint.ResumableSampler(dataset, num_replicas=2, rank=1, shuffle=True, seed=3)
     resumed.load_state_dict({"epoch": 2, "consumed": 6})
-    resumed.set_epoch(2)                          # the same epoch: keeps its place
+    resumed.set_epoch(2)  # the same epoch: keeps its place
     assert list(resumed) == order[6:] and len(resumed) == 14
-    resumed.set_epoch(3)                          # a new epoch starts from its beginning
+    resumed.set_epoch(3)  # a new epoch starts from its beginning
     assert len(list(resumed)) == 20 and resumed.state_dict() == {"epoch": 3, "consumed": 0}
 
 
@@ -52,19 +53,22 @@ def _ddp_run(path, stop_after, resume):
                 checkpoint.save_on_rank0(checkpoint.training_state(model, opt, sampler, step), path)
                 return None
     return {k: v.clone() for k, v in model.module.state_dict().items()}, {
-        k: v.clone() for k, v in opt.state[next(model.parameters())].items()}
+        k: v.clone() for k, v in opt.state[next(model.parameters())].items()
+    }
 
 
-@pytest.mark.parametrize("stop_after", [5])             # an epoch is 4 steps: stop inside the second
+@pytest.mark.parametrize("stop_after", [5])  # an epoch is 4 steps: stop inside the second
 def test_rank0_checkpoint_resume_is_bit_identical(tmp_path, stop_after):
     path = tmp_path / "checkpoint.pt"
     straight = launch(_ddp_run, path, -1, False, world_size=2, timeout=120)
     assert launch(_ddp_run, path, stop_after, False, world_size=2, timeout=120) == [None, None]
     assert path.exists() and not (tmp_path / "checkpoint.pt.tmp").exists()
     resumed = launch(_ddp_run, path, -1, True, world_size=2, timeout=120)
-    for (weights, adam), (weights2, adam2) in zip(straight, resumed):
-        assert weights.keys() == weights2.keys() and all(torch.equal(weights[k], weights2[k]) for k in weights)
-        assert all(torch.equal(adam[k], adam2[k]) for k in adam)      # Adam's moments and step count
+    for (weights, adam), (weights2, adam2) in zip(straight, resumed, strict=False):
+        assert weights.keys() == weights2.keys() and all(
+            torch.equal(weights[k], weights2[k]) for k in weights
+        )
+        assert all(torch.equal(adam[k], adam2[k]) for k in adam)  # Adam's moments and step count
 
 
 def _hybrid_run(kind, source, path, mode):
@@ -81,16 +85,22 @@ def _hybrid_run(kind, source, path, mode):
             break
         train_step(model, opt, hybrid.local_rows(batch, rank, world))
     state = checkpoint.sharded_state_dict(model, opt)
-    return {k: (v.to_local() if hasattr(v, "to_local") else v).clone() for k, v in state.items()}, \
-        [(s, w.detach().clone()) for s, w in zip(model.embeddings.shards, model.embeddings.weights)]
+    return {k: (v.to_local() if hasattr(v, "to_local") else v).clone() for k, v in state.items()}, [
+        (s, w.detach().clone())
+        for s, w in zip(model.embeddings.shards, model.embeddings.weights, strict=False)
+    ]
 
 
 def _resume_check(tmp_path, kind, world):
-    straight = launch(_hybrid_run, kind, DLRM(CARDS, seed=0), tmp_path, "straight", world_size=world, timeout=120)
+    straight = launch(
+        _hybrid_run, kind, DLRM(CARDS, seed=0), tmp_path, "straight", world_size=world, timeout=120
+    )
     saved = launch(_hybrid_run, kind, DLRM(CARDS, seed=0), tmp_path, "save", world_size=world, timeout=120)
     # a fresh model from the config: every value it ends with must come from the checkpoint
-    resumed = launch(_hybrid_run, kind, DLRMConfig(tuple(CARDS)), tmp_path, "resume", world_size=world, timeout=120)
-    for (state, _), (state2, _) in zip(straight, resumed):
+    resumed = launch(
+        _hybrid_run, kind, DLRMConfig(tuple(CARDS)), tmp_path, "resume", world_size=world, timeout=120
+    )
+    for (state, _), (state2, _) in zip(straight, resumed, strict=False):
         assert state.keys() == state2.keys() and any("exp_avg_sq" in k for k in state)
         assert all(torch.equal(state[k], state2[k]) for k in state), kind
     # the checkpoint read whole by one process, without a process group: the tables at step 4
@@ -127,8 +137,15 @@ def test_dcp_loads_into_another_world_size_and_plan(row_wise_checkpoint):
             model = hybrid.HybridDLRM(DLRMConfig(tuple(CARDS)), kind)
             opt = make_optimizer(model, "adam", 1e-2)
             progress = checkpoint.load_sharded(model, opt, path)
-            out.append((progress, [(s, w.detach().clone(), opt.state[w]["step"].item())
-                                   for s, w in zip(model.embeddings.shards, model.embeddings.weights)]))
+            out.append(
+                (
+                    progress,
+                    [
+                        (s, w.detach().clone(), opt.state[w]["step"].item())
+                        for s, w in zip(model.embeddings.shards, model.embeddings.weights, strict=False)
+                    ],
+                )
+            )
         return out
 
     for per_kind in launch(reload, ["row_wise", "column_wise", "table_wise"], world_size=2, timeout=120):
@@ -144,6 +161,7 @@ def test_hash_split_cannot_be_checkpointed_as_dtensor(tmp_path):
         with pytest.raises(ValueError, match="DTensor cannot describe"):
             checkpoint.save_sharded(model, make_optimizer(model), tmp_path)
         return True
+
     assert launch(save, world_size=2, timeout=60) == [True, True]
 
 

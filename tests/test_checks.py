@@ -1,4 +1,5 @@
 """The input checks every taught function shares (course_utils.checks): one place, clear messages."""
+
 import numpy as np
 import pytest
 import torch
@@ -9,8 +10,8 @@ from course_utils.checks import check_choice, check_ids, check_sizes, check_whol
 def test_check_ids_one_id_per_table_or_bags():
     cards = [3, 5]
     check_ids(torch.tensor([[0, 4], [2, 0]]), cards)
-    check_ids(torch.zeros(0, 2, dtype=torch.long), cards)                 # an empty batch is fine
-    check_ids(torch.tensor([[[0, 1], [4, 4]]]), cards, bags=True)         # [B, T, L]
+    check_ids(torch.zeros(0, 2, dtype=torch.long), cards)  # an empty batch is fine
+    check_ids(torch.tensor([[[0, 1], [4, 4]]]), cards, bags=True)  # [B, T, L]
     with pytest.raises(ValueError, match=r"ids must be \[B, 2\] \(one id per table\), got shape \(1, 2, 2\)"):
         check_ids(torch.tensor([[[0, 1], [4, 4]]]), cards)
     with pytest.raises(ValueError, match=r"sparse must be \[B, 2\] or \[B, 2, L\]"):
@@ -20,7 +21,7 @@ def test_check_ids_one_id_per_table_or_bags():
     with pytest.raises(IndexError, match=r"table 1 has 5 rows but got ids in \[4, 5\]; hash or clip"):
         check_ids(torch.tensor([[[0, 1], [4, 5]]]), cards, bags=True)
     with pytest.raises(IndexError, match=r"table 0 has 3 rows but got ids in \[-1, 0\]"):
-        check_ids(torch.tensor([[-1, 0], [0, 0]]), torch.tensor(cards))    # sizes as a tensor (a buffer)
+        check_ids(torch.tensor([[-1, 0], [0, 0]]), torch.tensor(cards))  # sizes as a tensor (a buffer)
 
 
 def test_sizes_whole_numbers_widths_and_choices():

@@ -1,5 +1,6 @@
 """course_utils.collectives: the ring all-reduce against dist.all_reduce, every collective demo's
 result against its definition, bandwidth formulas and the alpha-beta fit, clear init errors."""
+
 import contextlib
 import math
 import socket
@@ -10,16 +11,26 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from course_utils import launch
-from course_utils.collectives import (GroupInitError, bandwidth, demos, free_port, init_group,
-                                      ring_all_reduce, ring_schedule)
+from course_utils.collectives import (
+    GroupInitError,
+    bandwidth,
+    demos,
+    free_port,
+    init_group,
+    ring_all_reduce,
+    ring_schedule,
+)
 
 # Shapes: odd lengths, lengths smaller than the world size, multi-dimensional, empty.
 SHAPES = [(1,), (2,), (3,), (5,), (7,), (13,), (1000,), (1001,), (4, 3), (2, 3, 5), (0,), (65537,)]
 DTYPES = [torch.float32, torch.float64, torch.int64]
 # Tolerance: the ring adds the w numbers in another order than gloo does, so float
 # results may differ in the last bits; integer sums must be exact.
-TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-12, atol=1e-12),
-             torch.int64: dict(rtol=0, atol=0)}
+TOLERANCE = {
+    torch.float32: dict(rtol=1e-5, atol=1e-5),
+    torch.float64: dict(rtol=1e-12, atol=1e-12),
+    torch.int64: dict(rtol=0, atol=0),
+}
 
 
 def _random(shape, dtype, seed):
@@ -81,10 +92,11 @@ def test_ring_all_reduce_on_a_subgroup_and_a_strided_view():
     for rank, (_, m) in enumerate(results):
         got = torch.tensor(m)
         assert torch.equal(got[:, ::2], base[:, ::2] * (1 + 2 + 3 + 4))  # summed through the view
-        assert torch.equal(got[:, 1::2], base[:, 1::2] * (rank + 1))     # the rest untouched
+        assert torch.equal(got[:, 1::2], base[:, 1::2] * (rank + 1))  # the rest untouched
 
 
 # --- every send posted with its receive (batch_isend_irecv), never alone -------------------
+
 
 class LoneP2PError(AssertionError):
     pass
@@ -108,6 +120,7 @@ def only_batched_p2p():
             if not inside[0] or name in ("send", "recv"):
                 raise LoneP2PError(f"dist.{name} called on its own, outside batch_isend_irecv")
             return originals[name](*args, **kwargs)
+
         guarded.__name__ = name
         return guarded
 
@@ -168,12 +181,21 @@ def ring_with_only_batched_p2p(sizes, segment_bytes):
                     torch.testing.assert_close(ours, expected, **TOLERANCE[dtype])
                 except AssertionError as exc:
                     failures.append(f"{n} {dtype}: {exc}")
-                if any(sorted(b) not in ([("irecv", left)], [("isend", right)],
-                                         sorted([("isend", right), ("irecv", left)])) for b in batches):
+                if any(
+                    sorted(b)
+                    not in (
+                        [("irecv", left)],
+                        [("isend", right)],
+                        sorted([("isend", right), ("irecv", left)]),
+                    )
+                    for b in batches
+                ):
                     failures.append(f"{n} {dtype}: a batch other than send right + receive left: {batches}")
                 one_segment = n >= w and -(-n // w) * mine.element_size() <= segment_bytes
                 if one_segment and [len(b) for b in batches] != [2] * (2 * (w - 1)):
-                    failures.append(f"{n} {dtype}: expected {2 * (w - 1)} send + receive pairs, got {batches}")
+                    failures.append(
+                        f"{n} {dtype}: expected {2 * (w - 1)} send + receive pairs, got {batches}"
+                    )
     return failures
 
 
@@ -191,7 +213,7 @@ def test_ring_pairs_sends_and_receives_in_uneven_segments():
 
 def ring_on_a_subgroup_with_only_batched_p2p():
     rank, members = dist.get_rank(), [1, 2, 3]
-    group = dist.new_group(members)                          # every rank creates it
+    group = dist.new_group(members)  # every rank creates it
     if rank not in members:
         return True
     with only_batched_p2p() as batches:
@@ -202,7 +224,7 @@ def ring_on_a_subgroup_with_only_batched_p2p():
             batches.clear()
             ring_all_reduce(t, group=group)
             i = members.index(rank)
-            peers = {members[(i + 1) % 3], members[(i - 1) % 3]}    # global ranks
+            peers = {members[(i + 1) % 3], members[(i - 1) % 3]}  # global ranks
             if not torch.equal(t, expected) or {peer for b in batches for _, peer in b} - peers:
                 return False
     return True
@@ -214,8 +236,11 @@ def test_ring_on_a_subgroup_addresses_global_ranks_in_batches():
 
 def ring_bad_inputs():
     errors = []
-    for bad, kwargs in (([1.0, 2.0], {}), (torch.ones(3, dtype=torch.bool), {}),
-                        (torch.ones(3), {"segment_bytes": 2})):
+    for bad, kwargs in (
+        ([1.0, 2.0], {}),
+        (torch.ones(3, dtype=torch.bool), {}),
+        (torch.ones(3), {"segment_bytes": 2}),
+    ):
         try:
             ring_all_reduce(bad, **kwargs)
         except (TypeError, ValueError) as exc:
@@ -247,6 +272,7 @@ def test_ring_schedule_every_rank_ends_with_every_chunk():
 
 # --- every collective demo, against its definition --------------------------------------
 
+
 def test_every_collective_demo_on_four_ranks():
     w = 4
     results = demos.gather_results(launch(demos.run_all, world_size=w, timeout=60))
@@ -265,7 +291,7 @@ def test_every_collective_demo_on_four_ranks():
     assert set(results) == set(demos.DEMOS)
     for name, after in expected_after.items():
         assert results[name][1] == after, name
-    assert results["reduce"][1][0] == total            # only the destination is promised
+    assert results["reduce"][1][0] == total  # only the destination is promised
     assert results["all_gather"][0] == [[10 * r] for r in range(w)]
     for name in set(demos.DEMOS) - {"all_gather"}:
         assert results[name][0] == start, name
@@ -276,7 +302,7 @@ def test_barrier_demo_nobody_leaves_before_the_last_arrives():
     timing = [extra for _, _, extra in per_rank]
     last = max(t["arrived_s"] for t in timing)
     assert all(t["left_s"] >= last - 0.01 for t in timing)  # clocks start together within ~10 ms
-    assert last >= 0.1 - 0.01                                   # rank 2 slept 100 ms
+    assert last >= 0.1 - 0.01  # rank 2 slept 100 ms
 
 
 def test_send_recv_demo_odd_world_leaves_the_last_rank_alone():
@@ -291,12 +317,14 @@ def test_picture_and_plot():
         "all_reduce(t): every rank gets the element-wise sum (a reduce, then a broadcast).",
         "        before       after",
         "rank 0  [ 0  1]  ->  [10 12]",
-        "rank 1  [10 11]  ->  [10 12]"]
+        "rank 1  [10 11]  ->  [10 12]",
+    ]
     fig = demos.plot({"all_reduce": (befores, afters), "broadcast": (befores, [[0, 1], [0, 1]])})
     assert len([ax for ax in fig.axes if ax.images]) == 4
 
 
 # --- bandwidth ---------------------------------------------------------------------------
+
 
 def test_bus_bandwidth_definitions():
     # 64 MB in 0.1 s on 4 ranks: algbw 671 MB/s, busbw = algbw * 2 * 3 / 4
@@ -331,8 +359,12 @@ def small_sweep():
 
 def test_sweep_rows():
     rows = launch(small_sweep, world_size=2, timeout=60)[0]
-    assert [(r["name"], r["nbytes"]) for r in rows] == [("gloo", 1024), ("ring", 1024),
-                                                       ("gloo", 65536), ("ring", 65536)]
+    assert [(r["name"], r["nbytes"]) for r in rows] == [
+        ("gloo", 1024),
+        ("ring", 1024),
+        ("gloo", 65536),
+        ("ring", 65536),
+    ]
     for r in rows:
         assert r["seconds"] > 0 and r["world_size"] == 2
         assert r["busbw"] == pytest.approx(bandwidth.bus_bandwidth(r["nbytes"], r["seconds"], 2))
@@ -341,6 +373,7 @@ def test_sweep_rows():
 
 
 # --- starting a group: clear errors -------------------------------------------------------
+
 
 def init_alone(port, timeout, rank=0):
     try:
@@ -359,8 +392,9 @@ def test_a_rank_that_never_joins():
 
 def test_a_rank_whose_rank_0_never_starts():
     port = free_port()
-    reason, message = launch(init_alone, port, 1, 1, world_size=1, init_group=False, timeout=60,
-                             show_output=False)[0]
+    reason, message = launch(
+        init_alone, port, 1, 1, world_size=1, init_group=False, timeout=60, show_output=False
+    )[0]
     assert reason == "ranks missing"
     assert message.startswith(f"nobody answered at 127.0.0.1:{port} within 1 s. Rank 0 hosts the rendezvous")
 
@@ -385,6 +419,7 @@ def test_a_port_already_in_use():
 
 def init_without_torchrun():
     import os
+
     for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         os.environ.pop(name, None)
     try:
@@ -396,8 +431,10 @@ def init_without_torchrun():
 def test_env_init_without_torchrun_names_the_missing_variables():
     reason, message = launch(init_without_torchrun, world_size=1, init_group=False, timeout=60)[0]
     assert reason == "environment"
-    assert message.startswith("init_method='env://' reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT "
-                              "from the environment, and they are not set. Start the script with torchrun")
+    assert message.startswith(
+        "init_method='env://' reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT "
+        "from the environment, and they are not set. Start the script with torchrun"
+    )
 
 
 def test_a_world_size_the_devices_cannot_serve():
@@ -408,14 +445,17 @@ def test_a_world_size_the_devices_cannot_serve():
 
 # --- the quiz's computable answers are what the code computes ------------------------------
 
+
 def _answer(number):
     from course_utils import quiz
+
     q = quiz.load(2).questions[number - 1]
     return q.options[q.answer]
 
 
 def test_quiz_bytes_sent_and_bus_bandwidth():
     from course_utils.collectives import bytes_sent_per_rank
+
     assert bytes_sent_per_rank((64 << 20) // 4, 4, 4) == 96 << 20 and _answer(2) == "96 MB"
     assert bytes_sent_per_rank(7, 4, 3, rank=0) == 4 * (3 + 2 + 2 + 3)  # chunks [3, 2, 2]
     gbps = bandwidth.bus_bandwidth(64 << 20, 0.1, 4) / 1e9
@@ -431,6 +471,7 @@ def test_quiz_all_to_all_and_latency_bound():
 
 def test_quiz_backend_for_more_ranks_than_gpus(monkeypatch):
     from course_utils import hardware
+
     monkeypatch.setattr(hardware, "gpu_count", lambda: 2)
     monkeypatch.setattr(hardware.dist, "is_nccl_available", lambda: True)
     assert hardware.pick_backend(4) == "gloo" and hardware.pick_backend(2) == "nccl"

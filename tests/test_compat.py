@@ -1,6 +1,7 @@
 """course_utils.compat and the version-proof pieces built on it: all-to-all with and without the
 backend's collective, torch.distributed.pipelining's handshake and step options, and the engine
 lines that show_rank_output leaves out (gloo's connection report, c10 logs)."""
+
 import types
 
 import pytest
@@ -26,12 +27,16 @@ def all_to_all_both_ways():
     rank, world = dist.get_rank(), dist.get_world_size()
     failures = []
     for dtype in (torch.float32, torch.int64):
-        for name, fn, uneven in (("all_to_all", compat.all_to_all, False),
-                                 ("by_pairs", compat.all_to_all_by_pairs, False),
-                                 ("by_pairs uneven", compat.all_to_all_by_pairs, True)):
+        for name, fn, uneven in (
+            ("all_to_all", compat.all_to_all, False),
+            ("by_pairs", compat.all_to_all_by_pairs, False),
+            ("by_pairs uneven", compat.all_to_all_by_pairs, True),
+        ):
             outs = [torch.empty_like(e) for e in _expected(rank, world, dtype, uneven)]
             fn(outs, _pieces(rank, world, dtype, uneven))
-            if not all(torch.equal(o, e) for o, e in zip(outs, _expected(rank, world, dtype, uneven))):
+            if not all(
+                torch.equal(o, e) for o, e in zip(outs, _expected(rank, world, dtype, uneven), strict=False)
+            ):
                 failures.append(f"{name} {dtype}: {[o.tolist() for o in outs]}")
     return failures, sorted(compat._LACK_ALL_TO_ALL)
 
@@ -61,7 +66,12 @@ def all_to_all_where_the_backend_refuses():
         for _ in range(2):
             outs = [torch.empty(2) for _ in range(world)]
             compat.all_to_all(outs, _pieces(rank, world, torch.float32))
-            results.append(all(torch.equal(o, e) for o, e in zip(outs, _expected(rank, world, torch.float32))))
+            results.append(
+                all(
+                    torch.equal(o, e)
+                    for o, e in zip(outs, _expected(rank, world, torch.float32), strict=False)
+                )
+            )
     finally:
         dist.all_to_all = real
     return results, len(calls), sorted(compat._LACK_ALL_TO_ALL)
@@ -77,6 +87,7 @@ def test_all_to_all_falls_back_to_pairs_and_remembers():
 def all_to_all_other_errors_are_raised():
     def broken(*args, **kwargs):
         raise RuntimeError("something else")
+
     real, dist.all_to_all = dist.all_to_all, broken
     try:
         compat.all_to_all([torch.empty(1)] * 2, [torch.ones(1)] * 2)
@@ -95,7 +106,9 @@ def pairs_on_a_subgroup():
     groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]  # every rank creates every group
     mine = groups[rank % 2]
     outs = [torch.empty(1), torch.empty(1)]
-    compat.all_to_all_by_pairs(outs, [torch.tensor([10.0 * rank]), torch.tensor([10.0 * rank + 1])], group=mine)
+    compat.all_to_all_by_pairs(
+        outs, [torch.tensor([10.0 * rank]), torch.tensor([10.0 * rank + 1])], group=mine
+    )
     return [int(o.item()) for o in outs]
 
 
@@ -110,13 +123,16 @@ def test_pairs_check_the_number_of_pieces():
             compat.all_to_all_by_pairs([torch.empty(1)], [torch.ones(1)])
         except ValueError as exc:
             return str(exc)
+
     assert launch(wrong_count, world_size=2, timeout=60)[0] == (
-        "all_to_all needs one input and one output per rank (2), got 1 inputs and 1 outputs")
+        "all_to_all needs one input and one output per rank (2), got 1 inputs and 1 outputs"
+    )
 
 
 def p2p_batches_posted():
     """The batches all_to_all_by_pairs and the isend/irecv demo post: (op name, peer) lists."""
     from course_utils.collectives import demos
+
     rank, world = dist.get_rank(), dist.get_world_size()
     batches, real = [], dist.batch_isend_irecv
 
@@ -126,7 +142,9 @@ def p2p_batches_posted():
 
     dist.batch_isend_irecv = record
     try:
-        compat.all_to_all_by_pairs([torch.empty(2) for _ in range(world)], _pieces(rank, world, torch.float32))
+        compat.all_to_all_by_pairs(
+            [torch.empty(2) for _ in range(world)], _pieces(rank, world, torch.float32)
+        )
         demos.demo_isend_irecv()
     finally:
         dist.batch_isend_irecv = real
@@ -136,11 +154,14 @@ def p2p_batches_posted():
 def test_every_send_is_posted_with_the_receives_in_one_batch():
     for rank, batches in enumerate(launch(p2p_batches_posted, world_size=3, timeout=60)):
         others = [peer for peer in range(3) if peer != rank]
-        assert batches == [sorted([("irecv", p) for p in others] + [("isend", p) for p in others]),
-                           sorted([("isend", (rank + 1) % 3), ("irecv", (rank - 1) % 3)])]
+        assert batches == [
+            sorted([("irecv", p) for p in others] + [("isend", p) for p in others]),
+            sorted([("isend", (rank + 1) % 3), ("irecv", (rank - 1) % 3)]),
+        ]
 
 
 # --- torch.distributed.pipelining --------------------------------------------------
+
 
 def test_init_handshake_is_float32_both_ways():
     ops = [types.SimpleNamespace(tensor=torch.zeros(1)), types.SimpleNamespace(tensor=torch.tensor(3))]
@@ -152,8 +173,11 @@ def test_init_handshake_is_float32_both_ways():
 
 def stage_handshake_dtypes():
     from course_utils.pipeline.torch_pipelining import Stage
+
     stage = Stage(torch.nn.Linear(2, 2), dist.get_rank(), dist.get_world_size(), torch.device("cpu"))
-    return [(op.op.__name__, op.tensor.dtype, op.tensor.numel()) for op in stage._get_init_p2p_neighbors_ops()]
+    return [
+        (op.op.__name__, op.tensor.dtype, op.tensor.numel()) for op in stage._get_init_p2p_neighbors_ops()
+    ]
 
 
 def test_course_pipeline_stage_sends_what_its_neighbour_expects():
@@ -184,7 +208,12 @@ ENGINE_LINES = [
     "[rank0]:[W1122 15:30:01.123456 4242 ProcessGroupNCCL.cpp:12] a warning with a rank prefix",
     "[W socket.cpp:663] [c10d] the older format",
 ]
-RANK_LINES = ["hello", "[rank 0] printed by the rank", "[Info] a user's bracket", "Gloo [Gloo] Rank 0 is connected"]
+RANK_LINES = [
+    "hello",
+    "[rank 0] printed by the rank",
+    "[Info] a user's bracket",
+    "Gloo [Gloo] Rank 0 is connected",
+]
 
 
 def test_engine_lines_are_recognised_and_nothing_else():

@@ -1,4 +1,5 @@
 """Tests of course_utils.data: synthetic logs, the container, parquet shards, the Criteo reader."""
+
 import hashlib
 import subprocess
 import sys
@@ -25,8 +26,9 @@ def fingerprint(logs: data.ClickLogs) -> str:
 
 # --- determinism ------------------------------------------------------------------
 
+
 def test_golden_fingerprint_is_the_same_on_every_machine():
-    """"Same data for the same seed on any machine" means exactly this: these
+    """ "Same data for the same seed on any machine" means exactly this: these
     hashes were computed once and must come out again on any OS, CPU, thread
     count and numpy build with the same PCG64 stream. Ids, counts and the
     uniform draws behind labels use integer arithmetic only; a label could
@@ -57,7 +59,7 @@ def test_rows_do_not_depend_on_how_many_are_made():
     """Row i is the same whether made alone or in a bigger batch, across block edges."""
     whole = data.make_click_logs(data.BLOCK_ROWS + 500, seed=3, cardinalities=SMALL_CARDS)
     part = data.make_click_logs(1000, seed=3, cardinalities=SMALL_CARDS, first_row=data.BLOCK_ROWS - 500)
-    assert fingerprint(part) == fingerprint(whole[data.BLOCK_ROWS - 500:])
+    assert fingerprint(part) == fingerprint(whole[data.BLOCK_ROWS - 500 :])
     assert fingerprint(data.make_click_logs(10, seed=3, cardinalities=SMALL_CARDS)) == fingerprint(whole[:10])
 
 
@@ -72,6 +74,7 @@ def test_row_seed_changes_rows_but_not_the_world():
 
 
 # --- shape of the data ---------------------------------------------------------------
+
 
 def test_shapes_dtypes_and_ranges():
     logs = data.make_click_logs(3000, seed=0)
@@ -101,7 +104,7 @@ def test_ids_are_zipf_like():
     freq = np.bincount(ids, minlength=card)
     assert freq[0] == freq.max()
     # P(id) ~ 1/(id+1): each octave of ids carries about the same share of rows.
-    octave_share = [freq[(1 << k) - 1:(1 << (k + 1)) - 1].sum() / len(ids) for k in range(12)]
+    octave_share = [freq[(1 << k) - 1 : (1 << (k + 1)) - 1].sum() / len(ids) for k in range(12)]
     assert max(octave_share) / min(octave_share) < 1.3
     assert freq[:16].sum() > 0.3 * len(ids) and freq[2048:].mean() < 0.01 * freq[0]
 
@@ -123,8 +126,11 @@ def test_bayes_auc_is_auc_of_the_true_probability():
     assert logs.bayes_auc() == pytest.approx(auc(logs.label, logs.prob))
     assert data.bayes_auc(logs) == logs.bayes_auc()
     assert 0.75 < logs.bayes_auc() < 0.9
-    no_signal = data.make_click_logs(20000, seed=0, planted=data.PlantedClickModel(
-        dense_strength=0, category_strength=0, interaction_strength=0))
+    no_signal = data.make_click_logs(
+        20000,
+        seed=0,
+        planted=data.PlantedClickModel(dense_strength=0, category_strength=0, interaction_strength=0),
+    )
     assert abs(no_signal.bayes_auc() - 0.5) < 0.02
 
 
@@ -159,6 +165,7 @@ def test_criteo_cardinalities_scale():
 
 # --- the container -----------------------------------------------------------------------
 
+
 def test_slicing_split_concat():
     logs = data.make_click_logs(1000, seed=0, cardinalities=SMALL_CARDS)
     assert len(logs[:10]) == 10 and len(logs[np.arange(5)]) == 5 and len(logs[3]) == 1
@@ -191,11 +198,12 @@ def test_batches_cover_every_row_once_and_shuffle_deterministically():
     assert sorted(map(tuple, rows)) == sorted(map(tuple, logs.sparse))
     assert not np.array_equal(rows, logs.sparse)
     again = list(logs.batches(300, shuffle=True, seed=5))
-    assert all(torch.equal(x.dense, y.dense) for x, y in zip(shuffled, again))
+    assert all(torch.equal(x.dense, y.dense) for x, y in zip(shuffled, again, strict=False))
     assert [len(b.label) for b in logs.batches(300, drop_last=True)] == [300, 300, 300]
 
 
 # --- parquet -------------------------------------------------------------------------------
+
 
 def test_parquet_round_trip_with_row_groups(tmp_path):
     logs = data.make_click_logs(1003, seed=0, cardinalities=SMALL_CARDS)
@@ -215,7 +223,7 @@ def test_each_rank_reads_whole_row_groups_and_ranks_cover_the_file(tmp_path, wor
     shares = [data.read_parquet(path, rank=r, world_size=world_size) for r in range(world_size)]
     assert all(len(s) == 600 // world_size for s in shares)
     for r, share in enumerate(shares):  # rank r reads groups r, r + world_size, ... (100 rows each)
-        expected = np.concatenate([logs.sparse[g * 100:(g + 1) * 100] for g in range(r, 6, world_size)])
+        expected = np.concatenate([logs.sparse[g * 100 : (g + 1) * 100] for g in range(r, 6, world_size)])
         np.testing.assert_array_equal(share.sparse, expected)
 
 
@@ -246,34 +254,51 @@ def test_repartition_keeps_rows_and_order(tmp_path):
 def test_repartition_command_line(tmp_path):
     logs = data.make_click_logs(100, seed=0, cardinalities=SMALL_CARDS)
     src = data.write_parquet(logs, tmp_path / "a.parquet", row_groups=3)
-    out = subprocess.run([sys.executable, "-m", "course_utils.data", "repartition",
-                          str(src), str(tmp_path / "b.parquet"), "4"], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "course_utils.data",
+            "repartition",
+            str(src),
+            str(tmp_path / "b.parquet"),
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert data.parquet_info(tmp_path / "b.parquet")["row_groups"] == 4
 
 
 # --- the real Criteo format ---------------------------------------------------------------------
 
+
 def _criteo_line(label, ints, cats):
-    return "\t".join([str(label), *("" if v is None else str(v) for v in ints),
-                      *("" if v is None else v for v in cats)])
+    return "\t".join(
+        [str(label), *("" if v is None else str(v) for v in ints), *("" if v is None else v for v in cats)]
+    )
 
 
 def test_read_criteo_tsv(tmp_path):
     ints = [[1, None, 5, -1] + [0] * 9, [None] * 13, [1000] + [2] * 12]
-    cats = [["68fd1e64", "80e26c9b", None] + ["0b153874"] * 23,
-            ["68fd1e64", None, "fb936136"] + ["0b153874"] * 23,
-            [None] * 26]
+    cats = [
+        ["68fd1e64", "80e26c9b", None] + ["0b153874"] * 23,
+        ["68fd1e64", None, "fb936136"] + ["0b153874"] * 23,
+        [None] * 26,
+    ]
     path = tmp_path / "day_0_sample.tsv"
-    path.write_text("\n".join(_criteo_line(lbl, i, c) for lbl, i, c in zip([1, 0, 0], ints, cats)) + "\n")
+    path.write_text(
+        "\n".join(_criteo_line(lbl, i, c) for lbl, i, c in zip([1, 0, 0], ints, cats, strict=False)) + "\n"
+    )
     logs = data.read_criteo_tsv(path, buckets=1000)
     assert len(logs) == 3 and logs.cardinalities == (1000,) * 26
     np.testing.assert_array_equal(logs.label, [1, 0, 0])
     np.testing.assert_allclose(logs.dense[0, :4], np.log1p([1, 0, 5, 0]), rtol=1e-6)  # missing, negative -> 0
     assert (logs.dense[1] == 0).all()
     assert logs.dense[2, 0] == pytest.approx(np.log1p(1000))
-    assert logs.sparse[0, 0] == logs.sparse[1, 0] != 0          # same string, same id
-    assert logs.sparse[0, 2] == 0 and logs.sparse[1, 1] == 0    # missing -> 0
+    assert logs.sparse[0, 0] == logs.sparse[1, 0] != 0  # same string, same id
+    assert logs.sparse[0, 2] == 0 and logs.sparse[1, 1] == 0  # missing -> 0
     assert (logs.sparse[2] == 0).all()
     assert ((logs.sparse >= 0) & (logs.sparse < 1000)).all()
     assert np.isnan(logs.prob).all()
@@ -289,8 +314,11 @@ def test_read_criteo_tsv(tmp_path):
 @pytest.mark.parametrize("extra", ["first", "later", "short"])
 def test_read_criteo_tsv_refuses_lines_with_the_wrong_number_of_fields(tmp_path, extra):
     good = _criteo_line(1, [1] * 13, ["68fd1e64"] * 26)
-    bad = {"first": [good + "\t7", good], "later": [good, good + "\t7"],
-           "short": [good.rsplit("\t", 1)[0], good]}[extra]
+    bad = {
+        "first": [good + "\t7", good],
+        "later": [good, good + "\t7"],
+        "short": [good.rsplit("\t", 1)[0], good],
+    }[extra]
     path = tmp_path / "not_criteo.tsv"
     path.write_text("\n".join(bad) + "\n")
     with pytest.raises(ValueError, match="does not look like Criteo TSV"):

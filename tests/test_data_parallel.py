@@ -1,10 +1,18 @@
 """DataParallel by hand (course_utils.data_parallel) against single-device training and nn.DataParallel."""
+
 import pytest
 import torch
 from torch import nn
 
 from course_utils import data, gpu_count
-from course_utils.data_parallel import DataParallelByHand, chunk_sizes, gather, parallel_apply, replicate, scatter
+from course_utils.data_parallel import (
+    DataParallelByHand,
+    chunk_sizes,
+    gather,
+    parallel_apply,
+    replicate,
+    scatter,
+)
 from course_utils.ddp import TrainSettings, max_difference, train_single
 from course_utils.models import DLRM, DLRMConfig
 
@@ -28,7 +36,7 @@ def bce(logits, label):
 def test_chunk_sizes_follow_torch_chunk_like_nn_data_parallel():
     assert chunk_sizes(1024, 2) == [512, 512]
     assert chunk_sizes(10, 4) == [3, 3, 3, 1]
-    assert chunk_sizes(5, 4) == [2, 2, 1]          # fewer chunks than devices: one device idles
+    assert chunk_sizes(5, 4) == [2, 2, 1]  # fewer chunks than devices: one device idles
     with pytest.raises(ValueError, match="batch_size >= 1"):
         chunk_sizes(0, 2)
 
@@ -50,7 +58,7 @@ def test_replicas_hold_copies_and_backward_sums_their_gradients_onto_the_origina
         assert torch.equal(r.weight, model.weight) and r.weight.data_ptr() != model.weight.data_ptr()
     xs = [torch.ones(1, 3), 2 * torch.ones(1, 3)]
     gather(parallel_apply(replicas, [(x,) for x in xs], CPU2), CPU2[0]).sum().backward()
-    assert torch.allclose(model.weight.grad, torch.full((2, 3), 3.0))   # 1 + 2: one replica each
+    assert torch.allclose(model.weight.grad, torch.full((2, 3), 3.0))  # 1 + 2: one replica each
     assert model.weight.grad_fn is None and model.weight.is_leaf
 
 
@@ -59,10 +67,10 @@ def test_forward_and_gradients_equal_single_device_on_the_same_batch(logs):
     single, parallel = small_dlrm(), small_dlrm()
     dp = DataParallelByHand(parallel, CPU2)
     out_single, out_dp = single(batch.dense, batch.sparse), dp(batch.dense, batch.sparse)
-    assert torch.allclose(out_single, out_dp, atol=1e-6)   # rows are independent in the forward
+    assert torch.allclose(out_single, out_dp, atol=1e-6)  # rows are independent in the forward
     bce(out_single, batch.label).backward()
     bce(out_dp, batch.label).backward()
-    for (name, a), b in zip(single.named_parameters(), parallel.parameters()):
+    for (name, a), b in zip(single.named_parameters(), parallel.parameters(), strict=False):
         # two half-batch sums added vs one full sum: float32 rounding only
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6), name
     assert set(dp.last_timings) == {"scatter", "replicate", "parallel_apply", "gather", "reduce_gradients"}
@@ -71,7 +79,7 @@ def test_forward_and_gradients_equal_single_device_on_the_same_batch(logs):
 def test_training_with_data_parallel_equals_single_device_training(logs):
     cfg = DLRMConfig(CARDS, n_dense=4, embedding_dim=8, bottom_mlp=(16,), top_mlp=(16,))
     settings = TrainSettings(global_batch_size=256, max_steps=8, optimizer="sgd", lr=0.1)
-    ref = train_single(logs, cfg, settings, device=CPU2[0])      # the devices DataParallel runs on
+    ref = train_single(logs, cfg, settings, device=CPU2[0])  # the devices DataParallel runs on
     dp = train_single(logs, cfg, settings, parallel=lambda m: DataParallelByHand(m, CPU2))
     assert max_difference(ref.state, dp.state) < 1e-6
     assert ref.step_loss == pytest.approx(dp.step_loss, abs=1e-6)
@@ -113,15 +121,15 @@ def test_by_hand_equals_nn_data_parallel_on_two_gpus(logs):
     ours, theirs = small_dlrm().to(gpus[0]), small_dlrm().to(gpus[0])
     bce(DataParallelByHand(ours, gpus)(batch[0], batch[1]), batch[2]).backward()
     bce(nn.DataParallel(theirs, device_ids=[0, 1])(batch[0], batch[1]), batch[2]).backward()
-    for a, b in zip(ours.parameters(), theirs.parameters()):
+    for a, b in zip(ours.parameters(), theirs.parameters(), strict=False):
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6)
 
 
 def test_quiz_03_answers_are_what_the_code_computes():
-    assert chunk_sizes(5, 4) == [2, 2, 1]                  # question 3: three chunks, one GPU idles
-    assert chunk_sizes(1024, 4) == [256] * 4               # question 7: the loader's 1024 rows are the total
+    assert chunk_sizes(5, 4) == [2, 2, 1]  # question 3: three chunks, one GPU idles
+    assert chunk_sizes(1024, 4) == [256] * 4  # question 7: the loader's 1024 rows are the total
     if gpu_count() == 0:
-        assert nn.DataParallel(nn.Linear(2, 2)).device_ids == []   # question 8: no devices, plain call
+        assert nn.DataParallel(nn.Linear(2, 2)).device_ids == []  # question 8: no devices, plain call
 
 
 def test_single_process_twin_runs_where_the_ranks_would(monkeypatch, logs):
@@ -131,7 +139,9 @@ def test_single_process_twin_runs_where_the_ranks_would(monkeypatch, logs):
     cfg = DLRMConfig(CARDS, n_dense=4, embedding_dim=8, bottom_mlp=(16,), top_mlp=(16,))
     settings = TrainSettings(global_batch_size=256, max_steps=1, optimizer="sgd", lr=0.1)
     asked = []
-    monkeypatch.setattr(ddp_train, "devices", lambda n, quiet=False: asked.append(n) or [torch.device("cpu")] * n)
+    monkeypatch.setattr(
+        ddp_train, "devices", lambda n, quiet=False: asked.append(n) or [torch.device("cpu")] * n
+    )
     train_single(logs, cfg, settings, world_size=2)
     train_single(logs, cfg, settings, parallel=lambda m: DataParallelByHand(m, CPU2))
-    assert asked == [2]                     # the wrapper chose, so devices() was not asked
+    assert asked == [2]  # the wrapper chose, so devices() was not asked

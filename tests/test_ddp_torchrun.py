@@ -1,4 +1,5 @@
 """The torchrun script version trains exactly like the notebook's launch(); the progress line stays quiet."""
+
 import io
 
 import pytest
@@ -11,14 +12,25 @@ from course_utils.scripts import runner, train_ddp
 
 def test_torchrun_script_matches_launch():
     run = runner.run_torchrun(module="course_utils.scripts.train_ddp", nproc_per_node=2, timeout=180)
-    assert run.commands == ["torchrun --nproc-per-node 2 --standalone -m course_utils.scripts.train_ddp --out OUT"]
+    assert run.commands == [
+        "torchrun --nproc-per-node 2 --standalone -m course_utils.scripts.train_ddp --out OUT"
+    ]
     assert [r["rank"] for r in run.reports] == [0, 1] and run.reports[0]["backend"] == "gloo"
-    assert run.reports[0]["fingerprint"] == run.reports[1]["fingerprint"]      # ranks identical
+    assert run.reports[0]["fingerprint"] == run.reports[1]["fingerprint"]  # ranks identical
     # the script's defaults, through launch(): same data, seeds and loop
     args = train_ddp.parse(["--out", "unused"])
     train, held_out, model_config, settings = train_ddp.inputs(args)
-    mine = launch(ddp_worker, args.kind, train, model_config, settings, held_out,
-                  world_size=2, timeout=120, show_output=False)[0]
+    mine = launch(
+        ddp_worker,
+        args.kind,
+        train,
+        model_config,
+        settings,
+        held_out,
+        world_size=2,
+        timeout=120,
+        show_output=False,
+    )[0]
     theirs = run.reports[0]
     assert theirs["step_loss"] == pytest.approx(mine.step_loss, abs=1e-7)
     assert theirs["auc"] == pytest.approx(mine.final["auc"], abs=1e-9)
@@ -27,7 +39,7 @@ def test_torchrun_script_matches_launch():
 
 
 def test_progress_prints_nothing_outside_a_terminal_or_notebook(capsys):
-    assert where_progress_shows() == "nowhere"             # pytest captures stderr: no TTY
+    assert where_progress_shows() == "nowhere"  # pytest captures stderr: no TTY
     with Progress(3, "train") as bar:
         for loss in (0.7, 0.6, 0.5):
             bar.update(loss=loss)

@@ -1,6 +1,7 @@
 """Fault tolerance with the real torchrun: a rank killed with SIGKILL mid-training, a restart from
 the last checkpoint, and the same final weights as an uninterrupted run; the SLURM template run
 on two "nodes" of this machine."""
+
 from pathlib import Path
 
 import torch
@@ -9,14 +10,16 @@ from course_utils import launch
 from course_utils.scripts import elastic_run, elastic_train, slurm_local
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "templates" / "slurm_torchrun.sbatch"
-KILL = ["--kill-rank", "1", "--kill-at-step", "14"]          # 16 steps, checkpoints every 5
+KILL = ["--kill-rank", "1", "--kill-at-step", "14"]  # 16 steps, checkpoints every 5
 
 
 def _uninterrupted(tmp_path, *args):
     """The same training under course_utils.launch, never interrupted: the final weights."""
     out = tmp_path / "uninterrupted"
     out.mkdir()
-    return launch(elastic_train.train, elastic_train.parse(["--out", str(out), *args]), world_size=2, timeout=120)[0]
+    return launch(
+        elastic_train.train, elastic_train.parse(["--out", str(out), *args]), world_size=2, timeout=120
+    )[0]
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -25,20 +28,23 @@ def _same(a: dict, b: dict) -> bool:
 
 def test_killed_rank_restarts_from_checkpoint_and_ends_like_an_uninterrupted_run(tmp_path):
     run = elastic_run.run_elastic(tmp_path / "job", max_restarts=1, timeout=240, script_args=KILL)
-    assert run.commands == ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc-per-node 2 "
-                            "--max-restarts 1 -m course_utils.scripts.elastic_train --out OUT " + " ".join(KILL)]
+    assert run.commands == [
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc-per-node 2 "
+        "--max-restarts 1 -m course_utils.scripts.elastic_train --out OUT " + " ".join(KILL)
+    ]
     assert elastic_run.timeline(run.events) == [
         "attempt 0: ranks [0, 1] started from scratch",
         "  steps 1..13 done by every rank",
         "  rank 0 saved checkpoints at steps [5, 10]",
-        "  rank 1 killed itself with SIGKILL before step 14; torchrun stopped the other ranks and restarted all of them",
+        "  rank 1 killed itself with SIGKILL before step 14; "
+        "torchrun stopped the other ranks and restarted all of them",
         "attempt 1: ranks [0, 1] resumed from the checkpoint of step 10",
         "  steps 11..16 done by every rank",
         "  rank 0 saved checkpoints at steps [15]",
         "  finished at step 16 on ranks [0, 1]",
     ]
     # steps 11-13 ran twice; the second time saw the same batches and computed the same losses
-    assert [e["restart_count"] for e in run.events if e["event"] == "resumed"] == [1, 1]   # one node: both 1
+    assert [e["restart_count"] for e in run.events if e["event"] == "resumed"] == [1, 1]  # one node: both 1
     loss = {(e["attempt"], e["rank"], e["step"]): e["loss"] for e in run.events if e["event"] == "step"}
     assert all(loss[0, r, s] == loss[1, r, s] for r in (0, 1) for s in (11, 12, 13))
     final = torch.load(run.out / "final.pt", weights_only=True)
@@ -50,10 +56,14 @@ def test_slurm_template_trains_on_two_local_nodes(tmp_path):
     assert "scontrol show hostnames" in text and "srun" in text and "--rdzv-backend c10d" in text
     small = ["--rows", "1024", "--epochs", "1", "--checkpoint-every", "2"]
     out = tmp_path / "ckpt"
-    slurm_local.run_sbatch_locally(TEMPLATE, nodes=2, timeout=240, env={
-        "GPUS_PER_NODE": "1", "CKPT_DIR": str(out), "TRAIN_ARGS": " ".join(small)})
+    slurm_local.run_sbatch_locally(
+        TEMPLATE,
+        nodes=2,
+        timeout=240,
+        env={"GPUS_PER_NODE": "1", "CKPT_DIR": str(out), "TRAIN_ARGS": " ".join(small)},
+    )
     events = elastic_run.read_events(out)
-    assert {e["node"] for e in events if e["event"] == "started"} == {"0", "1"}   # one rank per node
+    assert {e["node"] for e in events if e["event"] == "started"} == {"0", "1"}  # one rank per node
     final = torch.load(out / "final.pt", weights_only=True)
     assert _same(final, _uninterrupted(tmp_path, *small))
 
@@ -64,7 +74,12 @@ def test_quiz_08_redone_steps_follow_from_the_checkpoint_interval():
     answer = {q.number: q.options[q.answer] for q in quiz.load(8).questions}[5]
     every, killed_before = 5, 14
     last_saved = (killed_before - 1) // every * every
-    assert answer == "Steps " + ", ".join(map(str, range(last_saved + 1, killed_before - 1))) + f" and {killed_before - 1}"
+    assert (
+        answer
+        == "Steps "
+        + ", ".join(map(str, range(last_saved + 1, killed_before - 1)))
+        + f" and {killed_before - 1}"
+    )
 
 
 def test_two_local_elastic_nodes_get_their_own_gpus_or_gloo(monkeypatch, tmp_path):
@@ -78,12 +93,17 @@ def test_two_local_elastic_nodes_get_their_own_gpus_or_gloo(monkeypatch, tmp_pat
 
     monkeypatch.setattr(runner, "run_together", fake_run_together)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    for gpus, own in ((0, ["", ""]), (1, ["COURSE_BACKEND=gloo"] * 2),
-                      (2, ["CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"])):
-        monkeypatch.setattr(runner.hardware, "gpu_count", lambda: gpus)
+    for gpus, own in (
+        (0, ["", ""]),
+        (1, ["COURSE_BACKEND=gloo"] * 2),
+        (2, ["CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"]),
+    ):
+        monkeypatch.setattr(runner.hardware, "gpu_count", lambda gpus=gpus: gpus)
         run = elastic_run.run_elastic(tmp_path / str(gpus), nnodes=2, nproc_per_node=1)
-        prefixes = [c.split(" torchrun")[0].removeprefix("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1").strip()
-                    for c in run.commands]
+        prefixes = [
+            c.split(" torchrun")[0].removeprefix("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1").strip()
+            for c in run.commands
+        ]
         assert prefixes == own, gpus
         assert all(c[0] == "env" for c in started[-1])
 
@@ -92,14 +112,18 @@ def test_the_srun_stand_in_gives_each_node_its_own_gpus_or_gloo(monkeypatch, tmp
     from course_utils.scripts import runner
 
     script = tmp_path / "job.sbatch"
-    script.write_text('srun bash -c \'echo "node $SLURM_NODEID: [$CUDA_VISIBLE_DEVICES] [$COURSE_BACKEND]"\'\n')
+    script.write_text(
+        "srun bash -c 'echo \"node $SLURM_NODEID: [$CUDA_VISIBLE_DEVICES] [$COURSE_BACKEND]\"'\n"
+    )
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("COURSE_BACKEND", raising=False)
-    for gpus, per_node, expected in ((0, "1", ["node 0: [] []", "node 1: [] []"]),
-                                     (1, "1", ["node 0: [] [gloo]", "node 1: [] [gloo]"]),
-                                     (2, "1", ["node 0: [0] []", "node 1: [1] []"]),
-                                     (4, "2", ["node 0: [0,1] []", "node 1: [2,3] []"])):
-        monkeypatch.setattr(runner.hardware, "gpu_count", lambda: gpus)
+    for gpus, per_node, expected in (
+        (0, "1", ["node 0: [] []", "node 1: [] []"]),
+        (1, "1", ["node 0: [] [gloo]", "node 1: [] [gloo]"]),
+        (2, "1", ["node 0: [0] []", "node 1: [1] []"]),
+        (4, "2", ["node 0: [0,1] []", "node 1: [2,3] []"]),
+    ):
+        monkeypatch.setattr(runner.hardware, "gpu_count", lambda gpus=gpus: gpus)
         out, _ = slurm_local.run_sbatch_locally(script, nodes=2, timeout=60, env={"GPUS_PER_NODE": per_node})
         assert sorted(out.splitlines()) == expected, gpus
 
@@ -111,9 +135,9 @@ def test_the_scripts_take_their_backend_from_course_backend(monkeypatch, tmp_pat
     from course_utils.scripts import train_ddp
 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
-    monkeypatch.setenv("COURSE_BACKEND", "nccl")          # refused on this GPU-less machine, before any group
+    monkeypatch.setenv("COURSE_BACKEND", "nccl")  # refused on this GPU-less machine, before any group
     monkeypatch.setattr("course_utils.hardware.gpu_count", lambda: 0)
-    threads = torch.get_num_threads()                   # elastic_train.main sets 1 for its rank
+    threads = torch.get_num_threads()  # elastic_train.main sets 1 for its rank
     try:
         for main in (elastic_train.main, train_ddp.main):
             with pytest.raises(ValueError, match="backend='nccl' needs CUDA GPUs"):

@@ -4,25 +4,26 @@ This machine has no GPU, so each test builds the situation of a GPU machine in
 a fresh interpreter: CUDA's own entry points patched to raise (any call to them
 would initialise CUDA and poison fork), NVML's answers patched in.
 """
+
 import pickle
 import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
 
+import pytest
 import torch
 import torch.distributed as dist
 
 from course_utils import hardware, launch, nvml
 from course_utils.launcher.rank_entry import ResultNotSent, result_bytes
 
-import pytest
-
 
 def _run_fresh(code: str, timeout: float = 240) -> str:
     """Run ``code`` in a fresh interpreter with ``-c`` (so ``__main__`` has no file, as in a notebook)."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -39,24 +40,29 @@ _GPU_MACHINE = """
     torch.distributed.is_nccl_available = lambda: True
     from course_utils import nvml
     from course_utils.nvml import GPUInfo
-    nvml.visible_gpus = lambda: [GPUInfo("Tesla T4", "GPU-aa", 15 << 30), GPUInfo("Tesla T4", "GPU-bb", 15 << 30)]
+    T4 = 15 << 30
+    nvml.visible_gpus = lambda: [GPUInfo("Tesla T4", "GPU-aa", T4), GPUInfo("Tesla T4", "GPU-bb", T4)]
 """
 
 
 def test_gpu_discovery_never_initialises_cuda():
-    out = _run_fresh(_GPU_MACHINE + """
+    out = _run_fresh(
+        _GPU_MACHINE
+        + """
     from course_utils import hardware
     from course_utils.launcher import api as launcher
     print(hardware.gpu_count(), hardware.gpu_names())
     print(hardware.devices(2, quiet=True), hardware.pick_backend(2), hardware.pick_backend(3))
     print(launcher._start_method("auto"), torch.cuda.is_initialized())
-    print(torch.cuda.is_available())  # after importing course_utils, the learner's usual first call is safe too
-    """)
+    print(torch.cuda.is_available())  # after importing course_utils, a learner's usual first call is safe
+    """
+    )
     assert out.splitlines() == [
         "2 ['Tesla T4', 'Tesla T4']",
         "[device(type='cuda', index=0), device(type='cuda', index=1)] nccl gloo",
         "fork False",
-        "True"]
+        "True",
+    ]
 
 
 def test_after_cuda_is_initialised_launch_spawns_and_runs_a_cell_function():
@@ -97,15 +103,16 @@ def test_launch_starts_the_mixed_group_when_nccl_is_chosen(monkeypatch):
     real_init = dist.init_process_group
 
     def init(backend, **kwargs):
-        _SEEN.append(backend)          # what launch asked for, recorded in the rank
-        real_init("gloo", **kwargs)    # this CPU build has no NCCL
+        _SEEN.append(backend)  # what launch asked for, recorded in the rank
+        real_init("gloo", **kwargs)  # this CPU build has no NCCL
+
     monkeypatch.setattr(hardware, "gpu_count", lambda: 2)
     monkeypatch.setattr(hardware.dist, "is_nccl_available", lambda: True)
     monkeypatch.setattr(dist, "init_process_group", init)
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
     results = launch(record_init_backend, world_size=2, timeout=60, show_output=False)
     assert [r[2] for r in results] == [["cpu:gloo,cuda:nccl"]] * 2
-    assert [r[1] for r in results] == [1, 1]   # NCCL ranks get one CPU thread too
+    assert [r[1] for r in results] == [1, 1]  # NCCL ranks get one CPU thread too
 
 
 @dataclass
@@ -121,12 +128,17 @@ def test_results_come_back_with_every_tensor_on_the_cpu(monkeypatch):
     def cpu(self):
         copied.append(tuple(self.shape))
         return torch.zeros(self.shape, dtype=self.dtype) if self.device.type == "meta" else self
+
     monkeypatch.setattr(torch.Tensor, "cpu", cpu)
     meta = torch.empty(2, 3, device="meta")
-    result = {"list": [meta, (1, meta)], "param": torch.nn.Parameter(torch.empty(4, device="meta")),
-              "holder": _Holder(torch.empty(5, device="meta"), 7), "cpu": torch.ones(1)}
+    result = {
+        "list": [meta, (1, meta)],
+        "param": torch.nn.Parameter(torch.empty(4, device="meta")),
+        "holder": _Holder(torch.empty(5, device="meta"), 7),
+        "cpu": torch.ones(1),
+    }
     back = pickle.loads(result_bytes(result))
-    assert sorted(copied) == [(2, 3), (4,), (5,)]           # one copy of a tensor met twice
+    assert sorted(copied) == [(2, 3), (4,), (5,)]  # one copy of a tensor met twice
     assert back["list"][0] is back["list"][1][1]
     tensors = [back["list"][0], back["list"][1][1], back["param"], back["holder"].weights, back["cpu"]]
     assert all(t.device.type == "cpu" for t in tensors)
@@ -135,17 +147,22 @@ def test_results_come_back_with_every_tensor_on_the_cpu(monkeypatch):
 
 def test_a_result_that_cannot_be_pickled_is_named():
     import threading
+
     with pytest.raises(ResultNotSent, match="cannot be pickled.*lock"):
         result_bytes([threading.Lock()])
 
 
 # --- NVML: names and CUDA_VISIBLE_DEVICES, with a fake driver library -----------------------
 
+
 class _FakeNVML:
     """The five NVML calls ``nvml`` makes, answering for three GPUs."""
 
-    GPUS = [(b"NVIDIA H100", b"GPU-1111", 80 << 30), (b"Tesla T4", b"GPU-2222", 15 << 30),
-            (b"Tesla T4", b"GPU-3333", 15 << 30)]
+    GPUS = [
+        (b"NVIDIA H100", b"GPU-1111", 80 << 30),
+        (b"Tesla T4", b"GPU-2222", 15 << 30),
+        (b"Tesla T4", b"GPU-3333", 15 << 30),
+    ]
 
     def nvmlInit_v2(self):
         return 0
@@ -153,7 +170,7 @@ class _FakeNVML:
     def nvmlShutdown(self):
         return 0
 
-    def nvmlDeviceGetCount_v2(self, count):     # count: ctypes.byref(c_uint); ._obj is the c_uint
+    def nvmlDeviceGetCount_v2(self, count):  # count: ctypes.byref(c_uint); ._obj is the c_uint
         count._obj.value = len(self.GPUS)
         return 0
 
@@ -176,13 +193,16 @@ class _FakeNVML:
         return 0
 
 
-@pytest.mark.parametrize("visible, names", [
-    (None, ["NVIDIA H100", "Tesla T4", "Tesla T4"]),
-    ("2,0", ["Tesla T4", "NVIDIA H100"]),
-    ("1,7,0", ["Tesla T4"]),                 # CUDA stops at the first entry that names no GPU
-    ("GPU-3333,GPU-1", ["Tesla T4", "NVIDIA H100"]),
-    ("", []),
-])
+@pytest.mark.parametrize(
+    "visible, names",
+    [
+        (None, ["NVIDIA H100", "Tesla T4", "Tesla T4"]),
+        ("2,0", ["Tesla T4", "NVIDIA H100"]),
+        ("1,7,0", ["Tesla T4"]),  # CUDA stops at the first entry that names no GPU
+        ("GPU-3333,GPU-1", ["Tesla T4", "NVIDIA H100"]),
+        ("", []),
+    ],
+)
 def test_nvml_names_the_gpus_cuda_would_number(monkeypatch, visible, names):
     monkeypatch.setattr(nvml, "_library", _FakeNVML)
     if visible is None:

@@ -1,4 +1,5 @@
 """The hybrid DLRM (sharded tables + DDP MLPs) against single-process training on the same data."""
+
 import pytest
 import torch
 
@@ -8,8 +9,8 @@ from course_utils.models import DLRM, DLRMConfig
 CARDS = data.criteo_cardinalities(1 / 1000)
 LOGS = data.make_click_logs(3072, seed=3, cardinalities=CARDS)
 TRAIN, TEST = LOGS[:2048], LOGS[2048:]
-BATCH, LR = 256, 1e-2                        # 8 steps of Adam
-PARAM_TOL = 1e-4                             # float sums in another order (all-reduce, all-to-all)
+BATCH, LR = 256, 1e-2  # 8 steps of Adam
+PARAM_TOL = 1e-4  # float sums in another order (all-reduce, all-to-all)
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +23,9 @@ def single_process():
 def _train(kind, model, split="range"):
     h = hybrid.HybridDLRM(model, kind, split=split)
     history = hybrid.train_hybrid(h, TRAIN, batch_size=BATCH, lr=LR, eval_data=TEST)
-    shards = [(s, w.detach().clone()) for s, w in zip(h.embeddings.shards, h.embeddings.weights)]
+    shards = [
+        (s, w.detach().clone()) for s, w in zip(h.embeddings.shards, h.embeddings.weights, strict=False)
+    ]
     return history, shards, {k: v.clone() for k, v in h.dense.module.state_dict().items()}
 
 
@@ -32,9 +35,9 @@ def test_hybrid_training_equals_single_process(kind, world_size, single_process)
     results = launch(_train, kind, DLRM(CARDS, seed=0), world_size=world_size, timeout=120)
     history = results[0][0]
     assert len(history.step_loss) == len(ref_history.step_loss) == 8
-    assert max(abs(a - b) for a, b in zip(history.step_loss, ref_history.step_loss)) < 1e-5
+    assert max(abs(a - b) for a, b in zip(history.step_loss, ref_history.step_loss, strict=False)) < 1e-5
     for rank_history, shards, dense in results:
-        assert rank_history.final == history.final             # every rank reports the same
+        assert rank_history.final == history.final  # every rank reports the same
         for shard, weight in shards:
             expected = shard.of(reference.embeddings[shard.table].weight.detach())
             assert torch.allclose(weight, expected, atol=PARAM_TOL, rtol=0)
@@ -48,13 +51,14 @@ def test_hybrid_from_config_never_builds_whole_tables():
     def build():
         h = hybrid.HybridDLRM(DLRMConfig(tuple(CARDS)), "row_wise", seed=5)
         return [tuple(w.shape) for w in h.embeddings.weights]
+
     shapes = launch(build, world_size=2, timeout=60)
-    assert [s[0] for s in shapes[0]] == [-(-n // 2) for n in CARDS]       # rank 0: the first half of each
+    assert [s[0] for s in shapes[0]] == [-(-n // 2) for n in CARDS]  # rank 0: the first half of each
 
 
 def test_budget_makes_does_not_fit_real():
     big = [100_000] + CARDS[1:]
-    budget = sharding.MemoryBudget(10 * 2**20, optimizer="adam")          # 10 MiB per rank
+    budget = sharding.MemoryBudget(10 * 2**20, optimizer="adam")  # 10 MiB per rank
 
     def attempt(kind):
         try:
@@ -79,4 +83,5 @@ def test_uneven_batches_are_refused_clearly():
         with pytest.raises(ValueError, match="cannot be split equally over 2 ranks"):
             hybrid.train_hybrid(h, TRAIN[:1001], batch_size=BATCH)
         return True
+
     assert launch(odd, world_size=2, timeout=60) == [True, True]

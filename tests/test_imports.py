@@ -25,6 +25,7 @@ reported as the loop of modules it goes through, e.g. ``a -> b -> c -> a``.
 
 Also here, since it reads the same files: every module's docstring says which chapter teaches it.
 """
+
 from __future__ import annotations
 
 import ast
@@ -64,7 +65,7 @@ def import_graph(package_dir: Path) -> dict[str, set[str]]:
         containing = set(_ancestors(name)) | ({name} if is_package else set())
         edges: set[str] = set()
 
-        def depend(target: str, through: bool) -> None:
+        def depend(target: str, through: bool, containing=containing, edges=edges) -> None:
             """An edge to ``target`` (``through``: only passed through, to reach a submodule),
             and to every package above it that does not contain this module."""
             for above in _ancestors(target):
@@ -81,7 +82,7 @@ def import_graph(package_dir: Path) -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
                     base_parts = own_package.split(".")
-                    base_parts = base_parts[:len(base_parts) - (node.level - 1)]
+                    base_parts = base_parts[: len(base_parts) - (node.level - 1)]
                     base = ".".join(base_parts + ([node.module] if node.module else []))
                 else:
                     base = node.module or ""
@@ -148,7 +149,7 @@ def _loop_in(graph: dict[str, set[str]], group: set[str]) -> list[str]:
 
 def test_course_utils_has_no_import_cycle():
     graph = import_graph(PACKAGE_DIR)
-    assert len(graph) > 50 and "course_utils.launcher" in graph     # the whole package was read
+    assert len(graph) > 50 and "course_utils.launcher" in graph  # the whole package was read
     cycles = find_cycles(graph)
     assert not cycles, "import cycles in course_utils:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
@@ -162,12 +163,15 @@ def _write(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_the_graph_sees_imports_inside_functions_and_relative_imports(tmp_path):
-    pkg = _write(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/plot.py": "from .simulate import simulate\n",
-        "pkg/simulate.py": "from .timeline import Timeline\n",
-        "pkg/timeline.py": "class Timeline:\n    def plot(self):\n        from .plot import draw\n",
-    })
+    pkg = _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/plot.py": "from .simulate import simulate\n",
+            "pkg/simulate.py": "from .timeline import Timeline\n",
+            "pkg/timeline.py": "class Timeline:\n    def plot(self):\n        from .plot import draw\n",
+        },
+    )
     assert find_cycles(import_graph(pkg)) == [["pkg.plot", "pkg.simulate", "pkg.timeline", "pkg.plot"]]
 
 
@@ -179,17 +183,20 @@ def test_a_package_that_imports_its_submodules_is_no_cycle_unless_they_use_its_n
     }
     assert import_graph(_write(tmp_path / "ok", files))["pkg.a"] == {"pkg.b"}
     assert find_cycles(import_graph(_write(tmp_path / "ok", files))) == []
-    files["pkg/b.py"] = "def g():\n    from . import helper\n"          # a name defined in pkg/__init__
+    files["pkg/b.py"] = "def g():\n    from . import helper\n"  # a name defined in pkg/__init__
     assert find_cycles(import_graph(_write(tmp_path / "bad", files))) == [["pkg", "pkg.b", "pkg"]]
 
 
 def test_importing_a_submodule_of_another_package_runs_that_package(tmp_path):
-    pkg = _write(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/top.py": "from .sub.leaf import x\n",
-        "pkg/sub/__init__.py": "from ..top import y\n",
-        "pkg/sub/leaf.py": "x = 1\n",
-    })
+    pkg = _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/top.py": "from .sub.leaf import x\n",
+            "pkg/sub/__init__.py": "from ..top import y\n",
+            "pkg/sub/leaf.py": "x = 1\n",
+        },
+    )
     graph = import_graph(pkg)
     assert graph["pkg.top"] == {"pkg.sub", "pkg.sub.leaf"}
     assert find_cycles(graph) == [["pkg.sub", "pkg.top", "pkg.sub"]]
@@ -201,12 +208,21 @@ DOCSTRING_LINE_PENDING: set = set()
 TAUGHT = re.compile(r"^(Taught in chapters? \d\d\b|Not taught in a chapter: )")
 
 
-@pytest.mark.parametrize("module", [
-    pytest.param(m, marks=pytest.mark.xfail(strict=True, reason="docstring line added on the other branch"))
-    if m in DOCSTRING_LINE_PENDING else m for m in sorted(module_files(PACKAGE_DIR))])
+@pytest.mark.parametrize(
+    "module",
+    [
+        pytest.param(
+            m, marks=pytest.mark.xfail(strict=True, reason="docstring line added on the other branch")
+        )
+        if m in DOCSTRING_LINE_PENDING
+        else m
+        for m in sorted(module_files(PACKAGE_DIR))
+    ],
+)
 def test_every_module_says_which_chapter_teaches_it(module):
     """Each module's docstring has a line "Taught in chapter NN." (with the section, or several
     chapters), as d2l's "Defined in" does, or "Not taught in a chapter: " and what it is for."""
     doc = ast.get_docstring(ast.parse(module_files(PACKAGE_DIR)[module].read_text())) or ""
-    assert any(TAUGHT.match(line) for line in doc.splitlines()), \
+    assert any(TAUGHT.match(line) for line in doc.splitlines()), (
         f"{module}: its docstring has no line 'Taught in chapter NN.' (or 'Not taught in a chapter: ...')"
+    )

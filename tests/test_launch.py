@@ -1,4 +1,5 @@
 """course_utils.launch: results, output, failures, hangs, interrupts, clean-up, start methods."""
+
 import os
 import signal
 import sys
@@ -28,18 +29,28 @@ def _alive(pid: int) -> bool:
 
 
 def _assert_all_gone(pid_dir, world_size):
-    pids = [int(Path(pid_dir, f"{r}.pid").read_text()) for r in range(world_size)
-            if Path(pid_dir, f"{r}.pid").exists()]
+    pids = [
+        int(Path(pid_dir, f"{r}.pid").read_text())
+        for r in range(world_size)
+        if Path(pid_dir, f"{r}.pid").exists()
+    ]
     assert pids, "the ranks never recorded their pids"
     assert [p for p in pids if _alive(p)] == []
 
 
 # --- ranks' functions (defined here: fork runs them without importing) ----------
 
+
 def rank_info(offset):
     t = torch.tensor([float(dist.get_rank())])
     dist.all_reduce(t)
-    return (dist.get_rank(), dist.get_world_size(), dist.get_backend(), torch.get_num_threads(), t.item() + offset)
+    return (
+        dist.get_rank(),
+        dist.get_world_size(),
+        dist.get_backend(),
+        torch.get_num_threads(),
+        t.item() + offset,
+    )
 
 
 def print_late_from_rank0():
@@ -85,6 +96,7 @@ def own_process_group():
 
 # --- success -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("world_size", [1, 3, 4])
 def test_results_in_rank_order_with_group_ready(world_size):
     results = launch(rank_info, 10.0, world_size=world_size, timeout=60)
@@ -95,14 +107,17 @@ def test_results_in_rank_order_with_group_ready(world_size):
 def test_output_grouped_by_rank_in_rank_order_and_engine_quiet(capsys):
     launch(print_late_from_rank0, world_size=3, timeout=60)
     out, err = capsys.readouterr()
-    assert out == "".join(f"[rank {r}] line from rank {r}\n[rank {r}] second line from rank {r}\n"
-                          for r in range(3))
+    assert out == "".join(
+        f"[rank {r}] line from rank {r}\n[rank {r}] second line from rank {r}\n" for r in range(3)
+    )
     assert err == ""  # the elastic agent's own logging stays quiet on success
 
 
 def test_init_group_false_leaves_the_group_to_the_function():
     assert launch(own_process_group, world_size=2, init_group=False, timeout=60) == [
-        (0, "2", "0"), (1, "2", "1")]
+        (0, "2", "0"),
+        (1, "2", "1"),
+    ]
 
 
 def test_twenty_launches_in_a_row_in_one_process():
@@ -111,6 +126,7 @@ def test_twenty_launches_in_a_row_in_one_process():
 
 
 # --- failures --------------------------------------------------------------------
+
 
 def test_rank_that_raises_is_named_with_its_own_traceback(tmp_path):
     start = time.monotonic()
@@ -144,7 +160,9 @@ def test_rank_that_dies_without_exception(tmp_path):
     _assert_all_gone(tmp_path, 2)
 
 
-@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
+@pytest.mark.skipif(
+    threading.current_thread() is not threading.main_thread(), reason="signals need the main thread"
+)
 def test_keyboard_interrupt_stops_every_rank_and_restores_handlers(tmp_path):
     handler_before = signal.getsignal(signal.SIGINT)
     timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT))
@@ -174,9 +192,12 @@ def test_bad_arguments_get_clear_errors():
 
 # --- spawn -------------------------------------------------------------------
 
+
 def test_spawn_runs_an_importable_function():
     assert launch(examples.hello, world_size=2, start_method="spawn", timeout=120, show_output=False) == [
-        "rank 0 of 2 (gloo)", "rank 1 of 2 (gloo)"]
+        "rank 0 of 2 (gloo)",
+        "rank 1 of 2 (gloo)",
+    ]
 
 
 def test_spawn_runs_a_function_defined_in_a_notebook(monkeypatch):
@@ -188,6 +209,7 @@ def test_spawn_runs_a_function_defined_in_a_notebook(monkeypatch):
         t = torch.tensor([float(dist.get_rank())])
         dist.all_reduce(t)
         return {"rank": dist.get_rank(), "sum": t * scale + offset}
+
     cell_function.__module__ = "__main__"
     results = launch(cell_function, 2.0, world_size=2, start_method="spawn", timeout=120, show_output=False)
     assert [r["rank"] for r in results] == [0, 1]
@@ -225,5 +247,7 @@ def test_a_result_that_cannot_be_sent_back_is_named(tmp_path):
     with pytest.raises(RankFailedError) as info:
         launch(unpicklable_result_on_rank1, str(tmp_path), world_size=2, timeout=60)
     assert info.value.rank == 1 and info.value.exc_type == "ResultNotSent"
-    assert "cannot be pickled" in info.value.message and "cannot pickle '_thread.lock'" in info.value.traceback
+    assert (
+        "cannot be pickled" in info.value.message and "cannot pickle '_thread.lock'" in info.value.traceback
+    )
     _assert_all_gone(tmp_path, 2)

@@ -1,4 +1,5 @@
 """launch() from a real Jupyter kernel: a function defined in a cell, re-runs, timeouts, interrupts."""
+
 import os
 import threading
 import time
@@ -8,7 +9,7 @@ import pytest
 
 jupyter_client = pytest.importorskip("jupyter_client")
 
-CELL_FUNCTIONS = '''
+CELL_FUNCTIONS = """
 import os, time
 import torch, torch.distributed as dist
 from course_utils import launch
@@ -27,7 +28,7 @@ def skip_a_collective():
 def sleep_forever():
     open(f"pid{dist.get_rank()}", "w").write(str(os.getpid()))
     time.sleep(600)
-'''
+"""
 
 GREET = "print(launch(greet, world_size=3, timeout=60))"
 GREET_OUTPUT = "".join(f"[rank {r}] hi from rank {r}, sum of ranks 3\n" for r in range(3)) + "[0, 1, 2]\n"
@@ -52,6 +53,7 @@ class Kernel:
                 (out if content["name"] == "stdout" else err).append(content["text"])
             elif kind == "error":
                 error.append(content["ename"])
+
         self.client.execute_interactive(code, output_hook=hook, timeout=timeout)
         return "".join(out), "".join(err), (error[0] if error else None)
 
@@ -107,6 +109,7 @@ def test_interrupt_stops_the_ranks_and_the_kernel_carries_on(kernel):
             time.sleep(0.05)
         time.sleep(0.3)
         kernel.manager.interrupt_kernel()
+
     threading.Thread(target=interrupt_when_started, daemon=True).start()
     start = time.monotonic()
     out, err, error = kernel.run("launch(sleep_forever, world_size=2, timeout=120)")

@@ -1,18 +1,19 @@
 """The loaders the training loop iterates: parquet row groups streamed with a bounded buffer,
 the same batches as the in-memory mode, ranks' partitions, set_epoch; and the loop's use of them."""
+
 import numpy as np
 import pytest
 import torch
+from test_ddp import no_garbage_before_fork  # noqa: F401  (autouse: see its docstring)
 
 from course_utils import data, launch
 from course_utils.data import loaders, stream
 from course_utils.ddp import TrainSettings, ddp_worker, max_difference, train_single
 from course_utils.models import DLRMConfig
 from course_utils.train import fit
-from test_ddp import no_garbage_before_fork  # noqa: F401  (autouse: see its docstring)
 
 CARDS = [3, 16, 100, 400]
-GROUP_ROWS = [126, 125, 125, 125, 125, 125, 125, 124]      # 8 row groups (1000 rows); ranks differ by a row
+GROUP_ROWS = [126, 125, 125, 125, 125, 125, 125, 124]  # 8 row groups (1000 rows); ranks differ by a row
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def logs():
 def write_groups(logs, path):
     """``logs`` as a parquet file with row groups of ``GROUP_ROWS`` rows."""
     bounds = np.cumsum([0] + GROUP_ROWS)
-    return data.write_row_groups((logs[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])), path)
+    return data.write_row_groups((logs[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=False)), path)
 
 
 @pytest.fixture(scope="module")
@@ -43,19 +44,20 @@ def rows_of(batches) -> list:
 def test_streaming_holds_one_row_group_and_makes_one_batch_at_a_time(path, monkeypatch):
     reads = []
     real = stream.read_row_groups
-    monkeypatch.setattr(stream, "read_row_groups", lambda pf, groups, cards: reads.append(groups) or
-                        real(pf, groups, cards))
+    monkeypatch.setattr(
+        stream, "read_row_groups", lambda pf, groups, cards: reads.append(groups) or real(pf, groups, cards)
+    )
     loader = data.ParquetBatches(path, 32, rank=1, world_size=2)
     yielded = 0
     for k, batch in enumerate(loader):
         yielded += len(batch.label)
-        assert loader.stats["batches"] == k + 1                      # none made ahead of the one yielded
-        held = loader.stats["rows_read"] - yielded                  # read, not yet handed out
-        assert held <= max(GROUP_ROWS) + 32 - 1                     # one row group + part of a batch
-        assert loader.stats["groups_read"] == len(reads) <= -(-yielded // min(GROUP_ROWS))   # as needed
-    assert all(len(g) == 1 for g in reads)                           # one row group per read, never the share
+        assert loader.stats["batches"] == k + 1  # none made ahead of the one yielded
+        held = loader.stats["rows_read"] - yielded  # read, not yet handed out
+        assert held <= max(GROUP_ROWS) + 32 - 1  # one row group + part of a batch
+        assert loader.stats["groups_read"] == len(reads) <= -(-yielded // min(GROUP_ROWS))  # as needed
+    assert all(len(g) == 1 for g in reads)  # one row group per read, never the share
     assert sorted(g[0] for g in reads) == [1, 3, 5, 7]
-    assert len(loader) == k + 1 == 499 // 32                        # full batches of the smaller share
+    assert len(loader) == k + 1 == 499 // 32  # full batches of the smaller share
 
 
 def test_streaming_and_in_memory_give_the_same_batches(path):
@@ -68,28 +70,28 @@ def test_streaming_and_in_memory_give_the_same_batches(path):
                 kept.set_epoch(epoch)
                 a, b = list(streamed), list(kept)
                 assert len(a) == len(b) == len(streamed) == 9
-                for x, y in zip(a, b):
-                    assert all(torch.equal(p, q) for p, q in zip(x, y))
-            assert streamed.stats["groups_read"] == 3 * 4               # every epoch reads its groups again
-            assert kept.stats["groups_read"] == 4                       # once, then kept
+                for x, y in zip(a, b, strict=False):
+                    assert all(torch.equal(p, q) for p, q in zip(x, y, strict=False))
+            assert streamed.stats["groups_read"] == 3 * 4  # every epoch reads its groups again
+            assert kept.stats["groups_read"] == 4  # once, then kept
 
 
 def test_ranks_read_disjoint_partitions_of_their_own_row_groups(path):
     bounds = np.cumsum([0] + GROUP_ROWS)
     per_rank = [sum(rows_of(data.ParquetBatches(path, 64, r, 2)), []) for r in range(2)]
-    assert len(per_rank[0]) == len(per_rank[1]) == 7 * 64          # 499 // 64 steps each
+    assert len(per_rank[0]) == len(per_rank[1]) == 7 * 64  # 499 // 64 steps each
     assert not set(per_rank[0]) & set(per_rank[1])
     for rank, rows in enumerate(per_rank):
         groups = {int(np.searchsorted(bounds, row, side="right")) - 1 for row in rows}
         assert groups == set(data.row_groups_of_rank(8, rank, 2))
     with pytest.raises(ValueError, match="not a multiple of world_size=3"):
-        data.ParquetBatches(path, 64, 0, 3)                          # refused before anything is read
+        data.ParquetBatches(path, 64, 0, 3)  # refused before anything is read
 
 
 def test_set_epoch_changes_the_order_and_without_it_every_epoch_repeats(path, logs):
     loader = data.ParquetBatches(path, 50, 0, 2)
     first, again = rows_of(loader), rows_of(loader)
-    assert first == again                                            # no set_epoch: epoch 0 again
+    assert first == again  # no set_epoch: epoch 0 again
     loader.set_epoch(1)
     second = rows_of(loader)
     assert second != first
@@ -125,13 +127,14 @@ def test_a_torch_dataloader_over_the_stream_gives_the_same_batches(path):
 
 def test_ddp_streaming_equals_in_memory_and_one_process(tmp_path):
     logs = data.make_click_logs(1000, seed=1, cardinalities=CARDS, n_dense=4)  # no row numbers: they
-    path = write_groups(logs, tmp_path / "clicks.parquet")                    # would make the loss explode
+    path = write_groups(logs, tmp_path / "clicks.parquet")  # would make the loss explode
     config = DLRMConfig(CARDS, n_dense=4, embedding_dim=8, bottom_mlp=(16,), top_mlp=(16,))
     settings = TrainSettings(global_batch_size=128, epochs=2, optimizer="sgd", lr=0.01)
     kept = TrainSettings(global_batch_size=128, epochs=2, optimizer="sgd", lr=0.01, in_memory=True)
 
     def both():
         return [ddp_worker("torch", str(path), config, s) for s in (settings, kept)]
+
     streamed, in_memory = launch(both, world_size=2, timeout=120, show_output=False)[0]
     assert max_difference(streamed.state, in_memory.state) == 0.0
     assert streamed.step_loss == in_memory.step_loss and len(streamed.step_loss) == 2 * (499 // 64)

@@ -1,4 +1,5 @@
 """Tests of course_utils.metrics against brute force and PyTorch."""
+
 import itertools
 import time
 
@@ -11,8 +12,8 @@ from course_utils.metrics import Timer, auc, logloss, throughput
 
 def brute_force_auc(labels, scores):
     """Every (clicked, not clicked) pair: 1 if the click scores higher, 1/2 if tied."""
-    pos = [s for y, s in zip(labels, scores) if y == 1]
-    neg = [s for y, s in zip(labels, scores) if y == 0]
+    pos = [s for y, s in zip(labels, scores, strict=False) if y == 1]
+    neg = [s for y, s in zip(labels, scores, strict=False) if y == 0]
     wins = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p, n in itertools.product(pos, neg))
     return wins / (len(pos) * len(neg))
 
@@ -31,9 +32,11 @@ def test_auc_small_and_extreme_cases():
     assert auc([0, 1], [0.1, 0.9]) == 1.0
     assert auc([0, 1], [0.9, 0.1]) == 0.0
     assert auc([0, 1], [0.5, 0.5]) == 0.5
-    assert auc([1, 0, 1, 0], [3, 3, 3, 3]) == 0.5          # all tied
+    assert auc([1, 0, 1, 0], [3, 3, 3, 3]) == 0.5  # all tied
     assert auc([0, 0, 1], [0.2, 0.4, 0.3]) == 0.5
-    assert auc([1, 1, 0, 0, 0], [2, 1, 1, 0, 1]) == pytest.approx(brute_force_auc([1, 1, 0, 0, 0], [2, 1, 1, 0, 1]))
+    assert auc([1, 1, 0, 0, 0], [2, 1, 1, 0, 1]) == pytest.approx(
+        brute_force_auc([1, 1, 0, 0, 0], [2, 1, 1, 0, 1])
+    )
 
 
 def test_auc_ignores_monotone_transforms_and_takes_tensors():
@@ -41,7 +44,9 @@ def test_auc_ignores_monotone_transforms_and_takes_tensors():
     labels = rng.integers(0, 2, 500)
     logits = rng.normal(size=500) + labels
     assert auc(labels, logits) == pytest.approx(auc(labels, 1 / (1 + np.exp(-logits))))
-    assert auc(torch.tensor(labels, dtype=torch.float32), torch.tensor(logits)) == pytest.approx(auc(labels, logits))
+    assert auc(torch.tensor(labels, dtype=torch.float32), torch.tensor(logits)) == pytest.approx(
+        auc(labels, logits)
+    )
 
 
 def test_auc_errors_are_clear():
@@ -63,7 +68,9 @@ def test_logloss_matches_torch():
     rng = np.random.default_rng(1)
     labels = rng.integers(0, 2, 1000).astype(np.float32)
     probs = rng.uniform(0.01, 0.99, 1000)
-    expected = torch.nn.functional.binary_cross_entropy(torch.tensor(probs), torch.tensor(labels, dtype=torch.float64))
+    expected = torch.nn.functional.binary_cross_entropy(
+        torch.tensor(probs), torch.tensor(labels, dtype=torch.float64)
+    )
     assert logloss(labels, probs) == pytest.approx(float(expected), rel=1e-10)
 
 

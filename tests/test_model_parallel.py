@@ -1,11 +1,17 @@
 """Vertical model parallel equals the unsplit model, and its measured step shows one device at a time;
 embedding tables placed on devices look up the same rows. (Tensor parallelism: test_tensor_parallel.py.)"""
+
 import pytest
 import torch
 from torch import nn
 
 from course_utils import devices, launch
-from course_utils.model_parallel import VerticalSplit, lookup_placed, partition_sequential, place_embedding_tables
+from course_utils.model_parallel import (
+    VerticalSplit,
+    lookup_placed,
+    partition_sequential,
+    place_embedding_tables,
+)
 from course_utils.pipeline.vertical import timed_training_step
 from course_utils.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
@@ -22,13 +28,18 @@ def test_partition_keeps_names_and_sizes():
     parts = partition_sequential(model, [1, 2, 3])
     assert [len(p) for p in parts] == [1, 2, 3]
     assert [n for n, _ in parts[1].named_parameters()] == ["1.0.weight", "1.0.bias", "2.0.weight", "2.0.bias"]
-    assert parts[2][0] is model[3]                          # shared, not copied
+    assert parts[2][0] is model[3]  # shared, not copied
     assert [len(p) for p in partition_sequential(model, 3)] == [2, 2, 2]
 
 
-@pytest.mark.parametrize("parts,match", [(4, "cannot cut 6 layers into 4 equal parts"),
-                                         ([2, 2], r"part sizes \[2, 2\] must be positive and add up to the model's 6"),
-                                         ([0, 6], "must be positive")])
+@pytest.mark.parametrize(
+    "parts,match",
+    [
+        (4, "cannot cut 6 layers into 4 equal parts"),
+        ([2, 2], r"part sizes \[2, 2\] must be positive and add up to the model's 6"),
+        ([0, 6], "must be positive"),
+    ],
+)
 def test_partition_errors_say_what_to_do(parts, match):
     with pytest.raises(ValueError, match=match):
         partition_sequential(make_model(), parts)
@@ -45,7 +56,9 @@ def test_vertical_split_equals_the_unsplit_model(n_devices):
     out = split(x)
     torch.testing.assert_close(out, ref(x))
     nn.functional.mse_loss(out, y).backward()
-    for (name, p), (_, q) in zip(nn.Sequential(*split.parts).named_parameters(), ref.named_parameters()):
+    for (name, p), (_, q) in zip(
+        nn.Sequential(*split.parts).named_parameters(), ref.named_parameters(), strict=False
+    ):
         torch.testing.assert_close(p.grad, q.grad, msg=name)
 
 
@@ -63,32 +76,34 @@ def test_timed_step_shows_one_device_busy_at_a_time():
     t = timed_training_step(split, torch.randn(32, 64), torch.randn(32, 64))
     order = sorted(t.events, key=lambda e: e.start)
     assert [str(e.action) for e in order] == ["F(0,0)", "F(1,0)", "B(1,0)", "B(0,0)"]
-    assert all(a.end <= b.start for a, b in zip(order, order[1:])), "two parts overlapped"
-    assert t.peak_activations() == [1, 1] and t.bubble_fraction >= 0.45    # each idles while the other works
+    assert all(a.end <= b.start for a, b in zip(order, order[1:], strict=False)), "two parts overlapped"
+    assert t.peak_activations() == [1, 1] and t.bubble_fraction >= 0.45  # each idles while the other works
     assert all(p.grad is not None for p in split.parameters())
 
 
 def test_embedding_tables_on_devices_look_up_the_same_rows():
     from course_utils.models import DLRM
+
     model = DLRM([50, 7, 300, 20], embedding_dim=8)
     sparse = torch.stack([torch.randint(0, c, (16,)) for c in (50, 7, 300, 20)], dim=1)
     expected = model.embed(sparse)
     devs = devices(2, quiet=True)
     assert place_embedding_tables(model, devs, balance=False) == [0, 1, 0, 1]
-    assert place_embedding_tables(model, devs) == [1, 1, 0, 1]       # 300 rows alone vs 50 + 7 + 20
+    assert place_embedding_tables(model, devs) == [1, 1, 0, 1]  # 300 rows alone vs 50 + 7 + 20
     torch.testing.assert_close(lookup_placed(model, sparse, devs[0]), expected)
 
 
 def _shard_parameter_counts():
     linear = nn.Linear(1024, 1024)
-    count = lambda layer: sum(p.numel() for p in layer.parameters())   # noqa: E731
+    count = lambda layer: sum(p.numel() for p in layer.parameters())  # noqa: E731
     return count(ColumnParallelLinear(linear)), count(RowParallelLinear(linear))
 
 
 def test_quiz_05_numbers():
     """Quiz 05 answers the code computes."""
     from course_utils.pipeline import gpipe, simulate
-    t = simulate(gpipe(4, 1))                                   # Q2: 4 parts, one batch
+
+    t = simulate(gpipe(4, 1))  # Q2: 4 parts, one batch
     assert t.bubble_fraction == 0.75 and all(t.idle(d) / t.makespan == 0.75 for d in range(4))
     counts = launch(_shard_parameter_counts, world_size=2, timeout=TIMEOUT, show_output=False)
-    assert counts == [(524_800, 525_312)] * 2                   # Q4: column-parallel shard (row-parallel: D)
+    assert counts == [(524_800, 525_312)] * 2  # Q4: column-parallel shard (row-parallel: D)

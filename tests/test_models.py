@@ -1,4 +1,5 @@
 """Tests of course_utils.models: the DLRM against brute force, and the memory arithmetic."""
+
 import pytest
 import torch
 
@@ -30,9 +31,9 @@ def test_init_is_deterministic_and_seeded():
     a, b, c = small_model(seed=1), small_model(seed=1), small_model(seed=2)
     torch.manual_seed(123)  # the global RNG must not matter
     d = small_model(seed=1)
-    for pa, pb, pc, pd in zip(a.parameters(), b.parameters(), c.parameters(), d.parameters()):
+    for pa, pb, _pc, pd in zip(a.parameters(), b.parameters(), c.parameters(), d.parameters(), strict=False):
         assert torch.equal(pa, pb) and torch.equal(pa, pd)
-    assert any(not torch.equal(pa, pc) for pa, pc in zip(a.parameters(), c.parameters()))
+    assert any(not torch.equal(pa, pc) for pa, pc in zip(a.parameters(), c.parameters(), strict=False))
 
 
 def test_embed_matches_row_lookup():
@@ -75,11 +76,14 @@ def test_parameter_groups_split_the_model():
     assert all(p.grad is not None for p in model.parameters())
 
 
-@pytest.mark.parametrize("cfg", [
-    DLRMConfig((3, 10, 100, 1000), n_dense=5, embedding_dim=8, bottom_mlp=(16,), top_mlp=(12, 6)),
-    DLRMConfig(tuple(data.criteo_cardinalities(1 / 1000))),
-    DLRMConfig((50,) * 3, n_dense=13, embedding_dim=4, bottom_mlp=(), top_mlp=()),
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        DLRMConfig((3, 10, 100, 1000), n_dense=5, embedding_dim=8, bottom_mlp=(16,), top_mlp=(12, 6)),
+        DLRMConfig(tuple(data.criteo_cardinalities(1 / 1000))),
+        DLRMConfig((50,) * 3, n_dense=13, embedding_dim=4, bottom_mlp=(), top_mlp=()),
+    ],
+)
 def test_analytic_counts_match_a_real_model(cfg):
     model = cfg.build(seed=0)
     assert cfg.embedding_parameter_count() == sum(p.numel() for p in model.embedding_parameters())
@@ -97,7 +101,10 @@ def test_memory_report_optimizer_state_and_gradients():
         rep = memory_report(cfg, name)
         assert rep.loc["embeddings", "optimizer_state"] == copies * weights
         assert rep.loc["embeddings", "gradients"] == weights
-        assert rep.loc["total", "training_total"] == rep.loc["total", ["weights", "gradients", "optimizer_state"]].sum()
+        assert (
+            rep.loc["total", "training_total"]
+            == rep.loc["total", ["weights", "gradients", "optimizer_state"]].sum()
+        )
     assert memory_report(cfg, "adam").loc["embeddings", "training_total"] == 4 * weights
     with pytest.raises(ValueError, match="optimizer"):
         memory_report(cfg, "lamb")
@@ -108,25 +115,34 @@ def test_optimizer_state_copies_match_torch():
     model = small_model()
     dense, sparse = inputs()
     n_params = sum(p.numel() for p in model.parameters())
-    makers = {"sgd": lambda p: torch.optim.SGD(p, lr=0.1), "sgd_momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
-              "adagrad": lambda p: torch.optim.Adagrad(p, lr=0.1), "adam": lambda p: torch.optim.Adam(p, lr=0.1)}
+    makers = {
+        "sgd": lambda p: torch.optim.SGD(p, lr=0.1),
+        "sgd_momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+        "adagrad": lambda p: torch.optim.Adagrad(p, lr=0.1),
+        "adam": lambda p: torch.optim.Adam(p, lr=0.1),
+    }
     for name, make in makers.items():
         opt = make(model.parameters())
         model(dense, sparse).sum().backward()
         opt.step()
-        state = sum(v.numel() for s in opt.state.values() for k, v in s.items()
-                    if torch.is_tensor(v) and k != "step")  # Adam's step counter is one scalar
+        state = sum(
+            v.numel() for s in opt.state.values() for k, v in s.items() if torch.is_tensor(v) and k != "step"
+        )  # Adam's step counter is one scalar
         assert state == OPTIMIZER_STATE_COPIES[name] * n_params, name
 
 
 def test_memory_report_of_a_model_that_does_not_fit():
     """The MLPerf DLRM on Criteo 1TB: counted, never built."""
-    cfg = DLRMConfig(data.CRITEO_1TB_CARDINALITIES, embedding_dim=128,
-                     bottom_mlp=(512, 256), top_mlp=(1024, 1024, 512, 256))
+    cfg = DLRMConfig(
+        data.CRITEO_1TB_CARDINALITIES,
+        embedding_dim=128,
+        bottom_mlp=(512, 256),
+        top_mlp=(1024, 1024, 512, 256),
+    )
     rep = memory_report(cfg, "adagrad")
     rows = sum(data.CRITEO_1TB_CARDINALITIES)
     assert rep.loc["embeddings", "parameters"] == rows * 128
-    assert rep.loc["embeddings", "weights"] == rows * 128 * 4 > 89 * 2 ** 30  # 89.5 GiB (96 GB)
+    assert rep.loc["embeddings", "weights"] == rows * 128 * 4 > 89 * 2**30  # 89.5 GiB (96 GB)
     assert rep.loc["embeddings", "weights"] / rep.loc["total", "weights"] > 0.99
     assert format_bytes(rep.loc["embeddings", "weights"]).endswith("GiB")
 
@@ -151,4 +167,4 @@ def test_bad_input_is_a_clear_error():
 def test_format_bytes():
     assert format_bytes(512) == "512 B"
     assert format_bytes(1536) == "1.5 KiB"
-    assert format_bytes(3 * 2 ** 30) == "3 GiB"
+    assert format_bytes(3 * 2**30) == "3 GiB"

@@ -1,4 +1,5 @@
 """show_source and show_diff: what a learner reads is the package's own code, headed by where it lives."""
+
 import inspect
 import textwrap
 
@@ -11,7 +12,7 @@ def test_show_source_heads_with_file_and_name_and_dedents_methods(capsys):
     show_source(Schedule.device_of)
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "# course_utils/pipeline/schedules.py  Schedule.device_of"
-    assert out[1].startswith("def device_of(self")             # dedented: no class indentation
+    assert out[1].startswith("def device_of(self")  # dedented: no class indentation
     assert "\n".join(out[1:]) == textwrap.dedent(inspect.getsource(Schedule.device_of)).rstrip()
 
 
@@ -22,7 +23,7 @@ def test_show_diff_is_the_change_from_one_step_to_the_next(capsys):
     assert out[1] == "+++ course_utils/pipeline/schedules.py  one_f_one_b"
     assert "-def gpipe(p: int, m: int) -> Schedule:" in out
     assert "+def one_f_one_b(p: int, m: int) -> Schedule:" in out
-    assert "     check_whole(\"p\", p)" in out                   # shared lines are context, not changes
+    assert '     check_whole("p", p)' in out  # shared lines are context, not changes
     show_diff(NaiveDDP, BucketedDDP)
     out = capsys.readouterr().out
     assert "+class BucketedDDP" in out and "-class NaiveDDP" in out

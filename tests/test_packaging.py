@@ -3,6 +3,7 @@
 They must agree (same packages, same floors, the same torch floor as
 ``course_utils.TORCH_FLOOR``), and every chapter must open with the same setup cell.
 """
+
 import ast
 import json
 import re
@@ -86,8 +87,8 @@ def test_the_setup_cell_keeps_the_image_torch_and_installs_what_else_is_needed()
     calls = [node for node in ast.walk(ast.parse(SETUP_CELL)) if isinstance(node, ast.List)]
     commands = [[ast.literal_eval(e) for e in c.elts if isinstance(e, ast.Constant)] for c in calls]
     installs = [c for c in commands if "install" in c]
-    assert installs[0][-3:] == ["--no-deps", "-e", "course"]        # the course, without its deps
-    extra = _specs(installs[1][installs[1].index("-q") + 1:])       # then the rest, never torch
+    assert installs[0][-3:] == ["--no-deps", "-e", "course"]  # the course, without its deps
+    extra = _specs(installs[1][installs[1].index("-q") + 1 :])  # then the rest, never torch
     wanted = {k: v for k, v in _pyproject().items() if k != "torch"}
     core = {k: wanted[k] for k in extra}
     assert "torch" not in extra and extra == core
@@ -97,6 +98,7 @@ def test_the_setup_cell_keeps_the_image_torch_and_installs_what_else_is_needed()
 def test_the_setup_cell_does_nothing_where_the_course_is_installed(tmp_path, monkeypatch):
     """Run twice here (course_utils importable): no clone, no pip, no error, either time."""
     import subprocess
+
     calls = []
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
     monkeypatch.chdir(tmp_path)
@@ -111,6 +113,7 @@ def test_a_failed_clone_says_what_to_do(tmp_path, monkeypatch):
 
     def fake_run(cmd, **kwargs):
         return subprocess.CompletedProcess(cmd, 128, "", "fatal: unable to access: Could not resolve host")
+
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(subprocess, "run", fake_run)
     monkeypatch.chdir(tmp_path)

@@ -1,20 +1,31 @@
 """The executor on real processes (gloo): gradients equal to the unpipelined model, the
 measured timeline has the schedule's actions in the schedule's order, and
 torch.distributed.pipelining computes the same loss and gradients."""
+
 import pytest
 import torch
 from test_collectives import only_batched_p2p
 
 from course_utils import launch
-from course_utils.pipeline import (MLPConfig, Op, gpipe, interleaved_1f1b, lower, one_f_one_b, reference_step,
-                                   run_schedule, run_schedules, zero_bubble_h1)
+from course_utils.pipeline import (
+    MLPConfig,
+    Op,
+    gpipe,
+    interleaved_1f1b,
+    lower,
+    one_f_one_b,
+    reference_step,
+    run_schedule,
+    run_schedules,
+    zero_bubble_h1,
+)
 from course_utils.pipeline.executor import StageWorker, batches
 from course_utils.pipeline.runs import collect, pipeline_rank
 from course_utils.pipeline.schedules import ScheduleKind
 from course_utils.pipeline.torch_pipelining import compare_with_torch, run_torch_pipeline
 
 CONFIG = MLPConfig(width=32, layers=4, batch=24, seed=3)
-TIMEOUT = 60            # seconds; a deadlock fails the test instead of hanging it
+TIMEOUT = 60  # seconds; a deadlock fails the test instead of hanging it
 ATOL, RTOL = 1e-6, 1e-5  # float32 sums over micro-batches in another order than over the whole batch
 
 
@@ -29,9 +40,19 @@ def assert_same(grads, ref_grads):
         torch.testing.assert_close(grads[name], g, atol=ATOL, rtol=RTOL, msg=name)
 
 
-@pytest.mark.parametrize("schedule", [gpipe(1, 2), gpipe(2, 4), one_f_one_b(2, 4), one_f_one_b(4, 4),
-                                      interleaved_1f1b(2, 4, 2), zero_bubble_h1(2, 6), zero_bubble_h1(4, 4)],
-                         ids=lambda s: f"{s.name}-p{s.p}-m{s.m}-v{s.v}")
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        gpipe(1, 2),
+        gpipe(2, 4),
+        one_f_one_b(2, 4),
+        one_f_one_b(4, 4),
+        interleaved_1f1b(2, 4, 2),
+        zero_bubble_h1(2, 6),
+        zero_bubble_h1(4, 4),
+    ],
+    ids=lambda s: f"{s.name}-p{s.p}-m{s.m}-v{s.v}",
+)
 def test_executor_gradients_equal_the_unpipelined_model(schedule, reference):
     run = run_schedule(schedule, CONFIG, steps=1, warmup=0, timeout=TIMEOUT)
     ref_loss, ref_grads = reference
@@ -42,7 +63,7 @@ def test_executor_gradients_equal_the_unpipelined_model(schedule, reference):
     for d, actions in enumerate(schedule.devices):
         events = t.on(d)
         assert tuple(e.action for e in events) == actions
-        assert all(a.end <= b.start for a, b in zip(events, events[1:]))
+        assert all(a.end <= b.start for a, b in zip(events, events[1:], strict=False))
     assert 0 <= t.bubble_fraction < 1 and t.unit == "ms"
 
 
@@ -54,7 +75,9 @@ def test_executor_repeats_steps_and_exports_a_trace(tmp_path):
     assert sum(e["ph"] == "X" for e in trace["traceEvents"]) == 8
 
 
-@pytest.mark.parametrize("schedule", [gpipe(2, 4), one_f_one_b(2, 4), interleaved_1f1b(2, 4, 2)], ids=lambda s: s.name)
+@pytest.mark.parametrize(
+    "schedule", [gpipe(2, 4), one_f_one_b(2, 4), interleaved_1f1b(2, 4, 2)], ids=lambda s: s.name
+)
 def test_torch_pipelining_agrees_with_the_executor(schedule, reference):
     ours, theirs = compare_with_torch(schedule, CONFIG, steps=2, warmup=0, timeout=TIMEOUT)
     assert len(ours.step_times_ms) == len(theirs.step_times_ms) == 2
@@ -75,6 +98,7 @@ def test_torch_pipelining_alone_and_several_schedules_in_turns(reference):
 
 # --- messages in batches (batch_isend_irecv), safe where a send waits for its receive -------
 
+
 def pipeline_rank_with_only_batched_p2p(schedules, config, steps):
     """``pipeline_rank`` with lone isend / irecv / send / recv forbidden; also the kinds of
     the ops in each batch this rank posted."""
@@ -83,13 +107,25 @@ def pipeline_rank_with_only_batched_p2p(schedules, config, steps):
     return results, [sorted(name for name, _ in b) for b in posted]
 
 
-@pytest.mark.parametrize("schedules", [[gpipe(2, 4), one_f_one_b(2, 4), interleaved_1f1b(2, 4, 2), zero_bubble_h1(2, 6)],
-                                       [gpipe(4, 4), one_f_one_b(4, 4), zero_bubble_h1(4, 4)]],
-                         ids=["p2", "p4"])
+@pytest.mark.parametrize(
+    "schedules",
+    [
+        [gpipe(2, 4), one_f_one_b(2, 4), interleaved_1f1b(2, 4, 2), zero_bubble_h1(2, 6)],
+        [gpipe(4, 4), one_f_one_b(4, 4), zero_bubble_h1(4, 4)],
+    ],
+    ids=["p2", "p4"],
+)
 def test_executor_posts_every_message_in_a_batch(schedules, reference):
     p = schedules[0].p
-    per_rank = launch(pipeline_rank_with_only_batched_p2p, schedules, CONFIG, 1, world_size=p, timeout=TIMEOUT,
-                      show_output=False)
+    per_rank = launch(
+        pipeline_rank_with_only_batched_p2p,
+        schedules,
+        CONFIG,
+        1,
+        world_size=p,
+        timeout=TIMEOUT,
+        show_output=False,
+    )
     for i, schedule in enumerate(schedules):
         run = collect([results[i] for results, _ in per_rank], warmup=0, schedule=schedule)
         assert abs(run.loss - reference[0]) < 1e-6, schedule.name
@@ -97,7 +133,7 @@ def test_executor_posts_every_message_in_a_batch(schedules, reference):
         for d, actions in enumerate(schedule.devices):
             assert tuple(e.action for e in run.timeline.on(d)) == actions
     posted = [b for _, rank_batches in per_rank for b in rank_batches]
-    assert all(posted) and ["irecv", "isend"] in posted   # sends and receives posted together
+    assert all(posted) and ["irecv", "isend"] in posted  # sends and receives posted together
 
 
 def rendezvous_stuck(plans: list) -> list:
@@ -154,7 +190,7 @@ def test_batched_messages_never_wait_for_each_other():
     for schedule in some_schedules():
         program = lower(schedule)
         plans = [batches(ops, schedule) for ops in program]
-        for ops, plan in zip(program, plans):    # the same ops, computes in their order
+        for ops, plan in zip(program, plans, strict=False):  # the same ops, computes in their order
             flat = [op for item in plan for op in (item if isinstance(item, list) else [item])]
             assert sorted(flat) == sorted(ops)
             assert [op for op in flat if op.kind == "compute"] == [op for op in ops if op.kind == "compute"]
@@ -162,18 +198,33 @@ def test_batched_messages_never_wait_for_each_other():
         # NCCL matches messages between two devices by order: the same order at both ends
         for a in range(schedule.p):
             for b in range(schedule.p):
-                sent = [op.action for item in plans[a] if isinstance(item, list) for op in item
-                        if op.kind == "send" and op.peer == b]
-                received = [op.action for item in plans[b] if isinstance(item, list) for op in item
-                            if op.kind == "recv" and op.peer == a]
+                sent = [
+                    op.action
+                    for item in plans[a]
+                    if isinstance(item, list)
+                    for op in item
+                    if op.kind == "send" and op.peer == b
+                ]
+                received = [
+                    op.action
+                    for item in plans[b]
+                    if isinstance(item, list)
+                    for op in item
+                    if op.kind == "recv" and op.peer == a
+                ]
                 assert sent == received, (schedule, a, b)
 
 
 def test_why_messages_are_posted_by_step():
-    one_by_one = lambda s: [[[op] if op.kind != "compute" else op for op in ops] for ops in lower(s)]
-    assert rendezvous_stuck(one_by_one(one_f_one_b(2, 3))) == [0, 1]    # each sends first: stuck
-    paired = lambda s: [between_computes(ops) for ops in lower(s)]
-    assert rendezvous_stuck(paired(one_f_one_b(2, 3))) == []            # send + receive together: fine
+    def one_by_one(s):
+        return [[[op] if op.kind != "compute" else op for op in ops] for ops in lower(s)]
+
+    assert rendezvous_stuck(one_by_one(one_f_one_b(2, 3))) == [0, 1]  # each sends first: stuck
+
+    def paired(s):
+        return [between_computes(ops) for ops in lower(s)]
+
+    assert rendezvous_stuck(paired(one_f_one_b(2, 3))) == []  # send + receive together: fine
     assert rendezvous_stuck(paired(interleaved_1f1b(2, 4, 2))) == [0, 1]  # but not for interleaved
     s = interleaved_1f1b(2, 4, 2)
     assert rendezvous_stuck([batches(ops, s) for ops in lower(s)]) == []
@@ -194,7 +245,7 @@ def test_split_backward_b_then_w_equals_autograd():
     x_ref = x.clone().requires_grad_(True)
     module(x_ref).backward(grad_out)
     torch.testing.assert_close(grad_x, x_ref.grad)
-    for g, p in zip(ours, module.parameters()):
+    for g, p in zip(ours, module.parameters(), strict=False):
         torch.testing.assert_close(g, p.grad)
 
 
@@ -211,7 +262,9 @@ def test_bad_sizes_fail_before_any_process_starts():
         run_schedule(gpipe(2, 5), CONFIG)
     with pytest.raises(ValueError, match="v > 1 .* goes with 'interleaved_1f1b' only"):
         run_torch_pipeline(ScheduleKind.ONE_F_ONE_B, 2, 4, CONFIG, v=2)
-    with pytest.raises(ValueError, match=r"unknown schedule 'zero_bubble_h1'; choose one of \['gpipe', '1f1b', "):
+    with pytest.raises(
+        ValueError, match=r"unknown schedule 'zero_bubble_h1'; choose one of \['gpipe', '1f1b', "
+    ):
         run_torch_pipeline(ScheduleKind.ZERO_BUBBLE_H1, 2, 4, CONFIG)
     with pytest.raises(ValueError, match="no torch schedule is compared with 'ZB-H1'"):
         compare_with_torch(zero_bubble_h1(2, 4), CONFIG)

@@ -1,12 +1,25 @@
 """Schedules as data: every action once, dependencies respected, no deadlock once lowered
 to sends and receives, and clear errors for arguments a schedule cannot take."""
+
 import itertools
 
 import pytest
 
+from course_utils.pipeline import (
+    SCHEDULE_KINDS,
+    Action,
+    Schedule,
+    ScheduleKind,
+    check_lowered,
+    gpipe,
+    interleaved_1f1b,
+    lower,
+    one_f_one_b,
+    run_in_order,
+    validate,
+    zero_bubble_h1,
+)
 from course_utils.pipeline import SCHEDULES as BUILDERS
-from course_utils.pipeline import (SCHEDULE_KINDS, Action, Schedule, ScheduleKind, check_lowered, gpipe,
-                                   interleaved_1f1b, lower, one_f_one_b, run_in_order, validate, zero_bubble_h1)
 from course_utils.pipeline.mlp import MLPConfig
 
 
@@ -31,16 +44,20 @@ def test_many_schedules_were_generated():
 
 
 def test_one_kind_per_schedule_its_value_its_title_and_its_builder():
-    made = {ScheduleKind.GPIPE: gpipe(2, 2), ScheduleKind.ONE_F_ONE_B: one_f_one_b(2, 2),
-            ScheduleKind.INTERLEAVED_1F1B: interleaved_1f1b(2, 2, 2), ScheduleKind.ZERO_BUBBLE_H1: zero_bubble_h1(2, 2)}
+    made = {
+        ScheduleKind.GPIPE: gpipe(2, 2),
+        ScheduleKind.ONE_F_ONE_B: one_f_one_b(2, 2),
+        ScheduleKind.INTERLEAVED_1F1B: interleaved_1f1b(2, 2, 2),
+        ScheduleKind.ZERO_BUBBLE_H1: zero_bubble_h1(2, 2),
+    }
     assert [str(kind) for kind in ScheduleKind] == ["gpipe", "1f1b", "interleaved_1f1b", "zero_bubble_h1"]
     assert [kind.title for kind in ScheduleKind] == ["GPipe", "1F1B", "Interleaved 1F1B", "ZB-H1"]
     for kind, schedule in made.items():
         assert schedule.kind is kind and schedule.name == kind.title and kind == kind.value
         assert BUILDERS[kind] is SCHEDULE_KINDS[kind].build and BUILDERS[kind.value] is BUILDERS[kind]
         assert str(schedule).startswith(f"{kind.title}: p=2 devices")
-    assert interleaved_1f1b(2, 2, 1).kind is ScheduleKind.ONE_F_ONE_B      # v = 1 is plain 1F1B
-    assert Schedule("1f1b", 1, 1, 1, ()).kind is ScheduleKind.ONE_F_ONE_B   # the value is accepted
+    assert interleaved_1f1b(2, 2, 1).kind is ScheduleKind.ONE_F_ONE_B  # v = 1 is plain 1F1B
+    assert Schedule("1f1b", 1, 1, 1, ()).kind is ScheduleKind.ONE_F_ONE_B  # the value is accepted
     with pytest.raises(ValueError, match="'1F1B' is not a valid ScheduleKind"):
         Schedule("1F1B", 1, 1, 1, ())
 
@@ -50,8 +67,9 @@ def test_each_action_exactly_once_on_its_device_and_no_deadlock(schedule):
     kinds = "FBW" if schedule.split_backward else "FB"
     flat = [(d, a) for d, acts in enumerate(schedule.devices) for a in acts]
     assert len(flat) == len({a for _, a in flat}), "an action occurs twice"
-    assert {a for _, a in flat} == {Action(k, n, j) for k in kinds for n in range(schedule.p * schedule.v)
-                                    for j in range(schedule.m)}
+    assert {a for _, a in flat} == {
+        Action(k, n, j) for k in kinds for n in range(schedule.p * schedule.v) for j in range(schedule.m)
+    }
     assert all(a.stage % schedule.p == d for d, a in flat)
     # the dependencies, checked directly on the order of each device and across devices
     assert run_in_order(schedule) == []
@@ -76,7 +94,11 @@ def test_gpipe_runs_all_forwards_first():
 
 def test_interleaved_places_stage_n_on_device_n_mod_p_and_v1_is_1f1b():
     s = interleaved_1f1b(2, 4, 2)
-    assert s.num_stages == 4 and {a.stage for a in s.devices[0]} == {0, 2} and {a.stage for a in s.devices[1]} == {1, 3}
+    assert (
+        s.num_stages == 4
+        and {a.stage for a in s.devices[0]} == {0, 2}
+        and {a.stage for a in s.devices[1]} == {1, 3}
+    )
     assert interleaved_1f1b(3, 6, 1) == one_f_one_b(3, 6)
 
 
@@ -84,7 +106,9 @@ def test_zero_bubble_w_follows_its_b_on_the_same_device():
     s = zero_bubble_h1(4, 8)
     for actions in s.devices:
         order = {a: i for i, a in enumerate(actions)}
-        assert all(order[Action("W", a.stage, a.microbatch)] > i for i, a in enumerate(actions) if a.kind == "B")
+        assert all(
+            order[Action("W", a.stage, a.microbatch)] > i for i, a in enumerate(actions) if a.kind == "B"
+        )
 
 
 def test_blocking_sends_deadlock_1f1b_but_not_gpipe():
@@ -99,16 +123,31 @@ def test_blocking_sends_deadlock_1f1b_but_not_gpipe():
 def test_lowering_sends_activations_forward_and_gradients_back():
     program = lower(one_f_one_b(2, 2))
     assert [repr(op) for op in program[0]] == [
-        "F(0,0)", "send[F(0,0) to 1]", "F(0,1)", "send[F(0,1) to 1]", "recv[B(1,0) from 1]", "B(0,0)",
-        "recv[B(1,1) from 1]", "B(0,1)"]
-    assert [repr(op) for op in program[1]][:4] == ["recv[F(0,0) from 0]", "F(1,0)", "B(1,0)", "send[B(1,0) to 0]"]
+        "F(0,0)",
+        "send[F(0,0) to 1]",
+        "F(0,1)",
+        "send[F(0,1) to 1]",
+        "recv[B(1,0) from 1]",
+        "B(0,0)",
+        "recv[B(1,1) from 1]",
+        "B(0,1)",
+    ]
+    assert [repr(op) for op in program[1]][:4] == [
+        "recv[F(0,0) from 0]",
+        "F(1,0)",
+        "B(1,0)",
+        "send[B(1,0) to 0]",
+    ]
 
 
 # --- bad arguments ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("make", [one_f_one_b, zero_bubble_h1])
 def test_fewer_microbatches_than_devices_is_refused(make):
-    with pytest.raises(ValueError, match=r"needs at least as many micro-batches as devices \(m >= p\), got m=2, p=4"):
+    with pytest.raises(
+        ValueError, match=r"needs at least as many micro-batches as devices \(m >= p\), got m=2, p=4"
+    ):
         make(4, 2)
 
 
@@ -135,10 +174,13 @@ def test_v_must_be_a_whole_number_and_divide_the_layers():
 
 # --- validate catches broken schedules --------------------------------------------------------
 
+
 def _edit(schedule, device, actions):
     devices = list(schedule.devices)
     devices[device] = tuple(actions)
-    return Schedule(schedule.kind, schedule.p, schedule.m, schedule.v, tuple(devices), schedule.split_backward)
+    return Schedule(
+        schedule.kind, schedule.p, schedule.m, schedule.v, tuple(devices), schedule.split_backward
+    )
 
 
 def test_validate_names_a_duplicate_a_missing_action_and_a_wrong_device():
@@ -155,6 +197,6 @@ def test_validate_names_a_duplicate_a_missing_action_and_a_wrong_device():
 
 def test_validate_finds_a_deadlock_and_says_who_waits_for_what():
     s = one_f_one_b(2, 2)
-    swapped = (s.devices[1][1], s.devices[1][0]) + s.devices[1][2:]    # B(1,0) before F(1,0)
+    swapped = (s.devices[1][1], s.devices[1][0]) + s.devices[1][2:]  # B(1,0) before F(1,0)
     with pytest.raises(ValueError, match=r"deadlock.*device 1 waits at B\(1,0\) for F\(1,0\)"):
         validate(_edit(s, 1, swapped))

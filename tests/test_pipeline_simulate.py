@@ -1,4 +1,5 @@
 """The simulator against the textbook formulas, the Timeline's measures, plots and traces."""
+
 import json
 
 import matplotlib
@@ -6,14 +7,27 @@ import pytest
 
 matplotlib.use("Agg")
 
-from course_utils.pipeline import (Action, Costs, Event, Timeline, chrome_trace, expected_bubble_fraction, gpipe,
-                                   measured_costs,
-                                   gpipe_bubble_fraction, interleaved_1f1b, interleaved_bubble_ratio, one_f_one_b,
-                                   simulate, zb_h1_bubble_time, zero_bubble_h1)
+from course_utils.pipeline import (
+    Action,
+    Costs,
+    Event,
+    Timeline,
+    chrome_trace,
+    expected_bubble_fraction,
+    gpipe,
+    gpipe_bubble_fraction,
+    interleaved_1f1b,
+    interleaved_bubble_ratio,
+    measured_costs,
+    one_f_one_b,
+    simulate,
+    zb_h1_bubble_time,
+    zero_bubble_h1,
+)
 from course_utils.pipeline.plot import plot_timeline, plot_timelines
 from course_utils.pipeline.simulate import plot_bubble_sweep
 
-TOL = 1e-12   # unit costs are exact in binary floating point; the tolerance only absorbs summation order
+TOL = 1e-12  # unit costs are exact in binary floating point; the tolerance only absorbs summation order
 PM = [(p, m) for p in range(1, 7) for m in range(p, 17)]
 
 
@@ -22,7 +36,7 @@ def test_gpipe_and_1f1b_bubble_is_p_minus_1_over_m_plus_p_minus_1(p, m):
     for schedule in (gpipe(p, m), one_f_one_b(p, m)):
         t = simulate(schedule, Costs(F=1, B=1, W=1))
         assert abs(t.bubble_fraction - (p - 1) / (m + p - 1)) < TOL
-        assert t.makespan == (m + p - 1) * 3          # F + full backward (B + W) per micro-batch-stage
+        assert t.makespan == (m + p - 1) * 3  # F + full backward (B + W) per micro-batch-stage
 
 
 @pytest.mark.parametrize("p,m", PM)
@@ -41,8 +55,11 @@ def test_interleaved_bubble_is_p_minus_1_over_vm_of_the_ideal(p, m, v):
 
 
 @pytest.mark.parametrize("p,m", [(2, 2), (2, 8), (3, 6), (4, 4), (4, 8), (5, 12)])
-@pytest.mark.parametrize("costs", [Costs(1, 1, 1), Costs(1, 2, 1), Costs(2, 1, 1), Costs(1, 1, 0.5)],
-                         ids=lambda c: f"F{c.F:g}B{c.B:g}W{c.W:g}")
+@pytest.mark.parametrize(
+    "costs",
+    [Costs(1, 1, 1), Costs(1, 2, 1), Costs(2, 1, 1), Costs(1, 1, 0.5)],
+    ids=lambda c: f"F{c.F:g}B{c.B:g}W{c.W:g}",
+)
 def test_zb_h1_idles_p_minus_1_times_f_plus_b_minus_w_smaller_than_1f1b(p, m, costs):
     zb, base = simulate(zero_bubble_h1(p, m), costs), simulate(one_f_one_b(p, m), costs)
     for d in range(p):
@@ -53,9 +70,15 @@ def test_zb_h1_idles_p_minus_1_times_f_plus_b_minus_w_smaller_than_1f1b(p, m, co
 
 
 def test_expected_bubble_fraction_matches_each_schedule():
-    for schedule, costs in [(gpipe(4, 8), Costs()), (one_f_one_b(4, 8), Costs()),
-                            (interleaved_1f1b(4, 8, 2), Costs().per_chunk(2)), (zero_bubble_h1(4, 8), Costs())]:
-        assert abs(simulate(schedule, costs).bubble_fraction - expected_bubble_fraction(schedule, costs)) < TOL
+    for schedule, costs in [
+        (gpipe(4, 8), Costs()),
+        (one_f_one_b(4, 8), Costs()),
+        (interleaved_1f1b(4, 8, 2), Costs().per_chunk(2)),
+        (zero_bubble_h1(4, 8), Costs()),
+    ]:
+        assert (
+            abs(simulate(schedule, costs).bubble_fraction - expected_bubble_fraction(schedule, costs)) < TOL
+        )
     with pytest.raises(ValueError, match="assumes W <= F and W <= B"):
         zb_h1_bubble_time(4, Costs(F=1, B=1, W=2))
 
@@ -73,13 +96,19 @@ def test_costs_reject_negative_values():
 
 def test_timeline_grid_of_1f1b():
     assert simulate(one_f_one_b(2, 3), Costs(1, 1, 0)).grid() == (
-        "device 0 |F0 F1  . B0 F2 B1  . B2|\n"
-        "device 1 | . F0 B0 F1 B1 F2 B2  .|")
+        "device 0 |F0 F1  . B0 F2 B1  . B2|\ndevice 1 | . F0 B0 F1 B1 F2 B2  .|"
+    )
 
 
 def test_live_activations_rise_at_f_and_fall_after_the_last_backward():
-    events = (Event(0, Action("F", 0, 0), 0, 1), Event(0, Action("F", 0, 1), 1, 2), Event(0, Action("B", 0, 0), 2, 3),
-              Event(0, Action("W", 0, 0), 4, 5), Event(0, Action("B", 0, 1), 5, 6), Event(0, Action("W", 0, 1), 6, 7))
+    events = (
+        Event(0, Action("F", 0, 0), 0, 1),
+        Event(0, Action("F", 0, 1), 1, 2),
+        Event(0, Action("B", 0, 0), 2, 3),
+        Event(0, Action("W", 0, 0), 4, 5),
+        Event(0, Action("B", 0, 1), 5, 6),
+        Event(0, Action("W", 0, 1), 6, 7),
+    )
     t = Timeline(events, 1)
     assert t.live_activations(0) == [(0, 1), (1, 2), (5, 1), (7, 0)]
     assert t.peak_activations() == [2]
@@ -99,7 +128,12 @@ def test_chrome_trace_has_one_complete_event_per_action(tmp_path):
     actions = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert len(actions) == len(t.events) == 16
     first = next(e for e in actions if e["name"] == "B(1,0)")
-    assert (first["tid"], first["ts"], first["dur"], first["cat"]) == (1, 2000.0, 2000.0, "B")   # 1 unit = 1 ms
+    assert (first["tid"], first["ts"], first["dur"], first["cat"]) == (
+        1,
+        2000.0,
+        2000.0,
+        "B",
+    )  # 1 unit = 1 ms
     names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
     assert names == {"1F1B", "device 0", "device 1"}
     assert chrome_trace(t) == trace
@@ -110,29 +144,29 @@ def test_plots_label_bars_and_print_idle_share():
     texts = [tx.get_text() for tx in fig.axes[0].texts]
     assert "F(0,0)" in texts and "B(1,1)" in texts and texts.count("idle\n33%") == 2
     assert "bubble 33.3% of device time" in fig.axes[0].get_title()
-    assert len(fig.axes) == 2                          # Gantt + live activations
+    assert len(fig.axes) == 2  # Gantt + live activations
     fig = plot_timelines([simulate(gpipe(2, 4)), simulate(one_f_one_b(2, 4))], labels=False)
     assert len(fig.axes) == 2
     assert all(tx.get_text().startswith("idle") for ax in fig.axes for tx in ax.texts)
     fig = plot_bubble_sweep(2, [2, 4, 8])
-    assert len(fig.axes[0].lines) == 8                # a formula line and simulated markers per schedule
+    assert len(fig.axes[0].lines) == 8  # a formula line and simulated markers per schedule
     matplotlib.pyplot.close("all")
 
 
 def test_quiz_06_numbers():
     """Quiz 06 answers the code computes."""
-    assert gpipe_bubble_fraction(4, 12) == 0.2                                          # Q2
-    assert simulate(one_f_one_b(4, 8)).peak_activations()[0] == 4                       # Q3
-    assert simulate(gpipe(4, 8)).peak_activations()[0] == 8                             # Q3
-    assert interleaved_bubble_ratio(4, 8, 2) == 3 / 16                                  # Q4
-    assert simulate(zero_bubble_h1(4, 8)).idle(0) == 3 and simulate(one_f_one_b(4, 8)).idle(0) == 9   # Q5
+    assert gpipe_bubble_fraction(4, 12) == 0.2  # Q2
+    assert simulate(one_f_one_b(4, 8)).peak_activations()[0] == 4  # Q3
+    assert simulate(gpipe(4, 8)).peak_activations()[0] == 8  # Q3
+    assert interleaved_bubble_ratio(4, 8, 2) == 3 / 16  # Q4
+    assert simulate(zero_bubble_h1(4, 8)).idle(0) == 3 and simulate(one_f_one_b(4, 8)).idle(0) == 9  # Q5
 
 
 def test_unequal_stages_the_slowest_sets_the_pace():
     """Stage 0 of the MLP skips one input-gradient matmul: with per-stage costs 2+3 vs 2+4
     units, 1F1B on 2 devices idles more than the uniform formula says."""
     t = simulate(one_f_one_b(2, 8), [Costs(2, 3, 0), Costs(2, 4, 0)])
-    assert t.makespan == 2 + 8 * 6 + 3           # F(0,0), then device 1 busy throughout, then B(0,7)
+    assert t.makespan == 2 + 8 * 6 + 3  # F(0,0), then device 1 busy throughout, then B(0,7)
     assert abs(t.bubble_fraction - 18 / 106) < TOL
     with pytest.raises(ValueError, match=r"one per stage \(2\), got 3"):
         simulate(one_f_one_b(2, 2), [Costs()] * 3)
@@ -142,6 +176,6 @@ def test_measured_costs_recover_the_costs_of_a_timeline():
     costs = [Costs(1, 2, 0.5), Costs(1.5, 2.5, 1)]
     t = simulate(zero_bubble_h1(2, 4), costs)
     assert measured_costs(t, 2) == costs
-    t = simulate(one_f_one_b(2, 4), costs)                 # no W: B is the whole backward
+    t = simulate(one_f_one_b(2, 4), costs)  # no W: B is the whole backward
     assert measured_costs(t, 2) == [Costs(1, 2.5, 0), Costs(1.5, 3.5, 0)]
     assert simulate(one_f_one_b(2, 4), measured_costs(t, 2)).makespan == t.makespan

@@ -1,4 +1,5 @@
 """Tests of course_utils.quiz: (a) every quiz in the repo is well formed, (b) parsing, grading, errors."""
+
 import json
 import re
 from pathlib import Path
@@ -9,16 +10,22 @@ from course_utils import quiz
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "quiz_fixtures"
-REPO_CHAPTERS = sorted({int(m[1]) for p in (ROOT / "quiz").glob("chapter*.md")
-                        if (m := re.fullmatch(r"chapter(\d+)(?:-answers)?\.md", p.name))})
+REPO_CHAPTERS = sorted(
+    {
+        int(m[1])
+        for p in (ROOT / "quiz").glob("chapter*.md")
+        if (m := re.fullmatch(r"chapter(\d+)(?:-answers)?\.md", p.name))
+    }
+)
 NOTEBOOKS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
 
 
 # (a) the repository's quizzes and chapters ------------------------------------------------
 
+
 @pytest.mark.parametrize("chapter", REPO_CHAPTERS)
 def test_repo_quiz_is_well_formed(chapter):
-    q = quiz.load(chapter, ROOT / "quiz")      # raises on any mismatch between the two files
+    q = quiz.load(chapter, ROOT / "quiz")  # raises on any mismatch between the two files
     assert q.chapter == chapter and q.title
     assert len(q.questions) == 8
     for question in q.questions:
@@ -45,6 +52,7 @@ def test_default_folder_is_repo_quiz(monkeypatch):
 
 
 # (b) parsing ------------------------------------------------------------------------------
+
 
 def test_parse_fixture_with_code_block_and_inline_code():
     q = quiz.load(1, FIXTURES)
@@ -85,15 +93,16 @@ def test_unknown_chapter_lists_the_known_ones(tmp_path):
 
 # ask --------------------------------------------------------------------------------------
 
+
 def test_ask_prints_questions_not_answers(capsys):
     quiz.ask(1, FIXTURES)
     text = capsys.readouterr().out
     assert text.startswith("Quiz: Chapter 1 - Why distribute (8 questions)\n\n1. An embedding table")
     assert "   B. 2.56 GB\n" in text and "   ```python\n" in text
-    assert "**" not in text and "2.56e9" not in text           # no bold answer, no explanation
+    assert "**" not in text and "2.56e9" not in text  # no bold answer, no explanation
     assert text.rstrip().endswith('quiz.check(1, "ABCD...") with your 8 letters, one per question, in order.')
     quiz.ask("01", FIXTURES)
-    assert capsys.readouterr().out == text                       # deterministic
+    assert capsys.readouterr().out == text  # deterministic
 
 
 def test_ask_in_a_kernel_displays_markdown_and_plain_text(monkeypatch):
@@ -111,9 +120,18 @@ def test_ask_in_a_kernel_displays_markdown_and_plain_text(monkeypatch):
 
 # check ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("answers", ["BCBCBBBA", "bcbc bbba", "B,C,B,C,B,B,B,A", list("BCBCBBBA"),
-                                     {i + 1: x for i, x in enumerate("BCBCBBBa")},
-                                     {str(i + 1): x for i, x in enumerate("BCBCBBBA")}])
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        "BCBCBBBA",
+        "bcbc bbba",
+        "B,C,B,C,B,B,B,A",
+        list("BCBCBBBA"),
+        {i + 1: x for i, x in enumerate("BCBCBBBa")},
+        {str(i + 1): x for i, x in enumerate("BCBCBBBA")},
+    ],
+)
 def test_check_accepts_string_list_dict(answers, capsys):
     result = quiz.check(1, answers, quiz_dir=FIXTURES)
     assert (result.score, result.total) == (7, 8)
@@ -132,17 +150,20 @@ def test_check_quietly(capsys):
     assert capsys.readouterr().out == ""
 
 
-@pytest.mark.parametrize("answers, message", [
-    ("BCEBBBBB", "question 3: 'E' is not an option; choose one of A, B, C, D"),
-    ("BCxBBBBB", "question 3: 'X' is not an option; choose one of A, B, C, D"),
-    (["B", "C", "", "B", "B", "B", "B", "B"], "question 3: '' is not an option"),
-    ("BCB", r"expected 8 answers, got 3 \('BCB'\); give one letter per question"),
-    ("BCBCBBBBB", "expected 8 answers, got 9"),
-    (list("BCB"), "expected 8 answers, got 3"),
-    ({1: "B", 2: "C"}, r"one key per question 1..8: missing \[3, 4, 5, 6, 7, 8\]"),
-    ({i: "B" for i in range(1, 10)}, r"missing \[\], unknown \[9\]"),
-    ({"one": "B"}, r"answers dict keys must be question numbers 1..8, got \['one'\]"),
-])
+@pytest.mark.parametrize(
+    "answers, message",
+    [
+        ("BCEBBBBB", "question 3: 'E' is not an option; choose one of A, B, C, D"),
+        ("BCxBBBBB", "question 3: 'X' is not an option; choose one of A, B, C, D"),
+        (["B", "C", "", "B", "B", "B", "B", "B"], "question 3: '' is not an option"),
+        ("BCB", r"expected 8 answers, got 3 \('BCB'\); give one letter per question"),
+        ("BCBCBBBBB", "expected 8 answers, got 9"),
+        (list("BCB"), "expected 8 answers, got 3"),
+        ({1: "B", 2: "C"}, r"one key per question 1..8: missing \[3, 4, 5, 6, 7, 8\]"),
+        ({i: "B" for i in range(1, 10)}, r"missing \[\], unknown \[9\]"),
+        ({"one": "B"}, r"answers dict keys must be question numbers 1..8, got \['one'\]"),
+    ],
+)
 def test_check_bad_answers(answers, message):
     with pytest.raises(ValueError, match=message):
         quiz.check(1, answers, quiz_dir=FIXTURES)
@@ -155,6 +176,7 @@ def test_check_bad_answer_type():
 
 # malformed quiz files ---------------------------------------------------------------------
 
+
 def broken(tmp_path, questions=None, answers=None):
     """Copy fixture chapter 1 to tmp_path, applying (old, new) replacements to either file."""
     for name, edits in (("chapter01.md", questions), ("chapter01-answers.md", answers)):
@@ -166,31 +188,56 @@ def broken(tmp_path, questions=None, answers=None):
     return tmp_path
 
 
-@pytest.mark.parametrize("old, new, message", [
-    ("**C. Two**", "C. Two",
-     r", question 4: expected exactly one bold option \(like \*\*B. text\*\*\), found 0"),
-    ("A. None", "**A. None**", r", question 4: expected exactly one bold option .*found 2"),
-    ("How large", "How big", r", question 1: the question differs from chapter01.md"),
-    ("C. 640 MB", "C. 0.64 GB", r", question 1: option C differs from chapter01.md: '0.64 GB' vs '640 MB'"),
-    ("print(rows * dim * 4)", "print(rows * dim)", r", question 3: the text before the options differs"),
-    ("The first and second moment estimates.", "", r", question 4: add one or two sentences of explanation"),
-    ("Why distribute", "Why distribution", r": title 'Why distribution' differs from 'Why distribute'"),
-])
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        (
+            "**C. Two**",
+            "C. Two",
+            r", question 4: expected exactly one bold option \(like \*\*B. text\*\*\), found 0",
+        ),
+        ("A. None", "**A. None**", r", question 4: expected exactly one bold option .*found 2"),
+        ("How large", "How big", r", question 1: the question differs from chapter01.md"),
+        (
+            "C. 640 MB",
+            "C. 0.64 GB",
+            r", question 1: option C differs from chapter01.md: '0.64 GB' vs '640 MB'",
+        ),
+        ("print(rows * dim * 4)", "print(rows * dim)", r", question 3: the text before the options differs"),
+        (
+            "The first and second moment estimates.",
+            "",
+            r", question 4: add one or two sentences of explanation",
+        ),
+        ("Why distribute", "Why distribution", r": title 'Why distribution' differs from 'Why distribute'"),
+    ],
+)
 def test_malformed_answers_file(tmp_path, old, new, message):
     with pytest.raises(ValueError, match="^chapter01-answers.md" + message):
         quiz.load(1, broken(tmp_path, answers=[(old, new)]))
 
 
-@pytest.mark.parametrize("old, new, message", [
-    ("D. Four\n", "", r", question 4: expected options A, B, C, D, one per line.*found A, B, C$"),
-    ("D. Four\n", "D. Four\nE. Eight\n", r", question 4: .*found A, B, C, D, E$"),
-    ("D. Four\n", "C. Four\n", r", question 4: option C appears twice"),
-    ("### 5.", "### 6.", r", question 6: questions must be numbered 1, 2, 3, ... in order \(expected 5\)"),
-    ("D. Four\n", "D. Four\n\nThe answer is C.\n", r", question 4: bold options and text after the options"),
-    ("B. One", "**B. One**", r", question 4: .*must not reveal answers"),
-    ("# Chapter 01 - ", "Chapter 1: ", r": the first line must be '# Chapter NN - Title'"),
-    ("# Chapter 01", "# Chapter 02", r": the heading says chapter 2, expected 1"),
-])
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ("D. Four\n", "", r", question 4: expected options A, B, C, D, one per line.*found A, B, C$"),
+        ("D. Four\n", "D. Four\nE. Eight\n", r", question 4: .*found A, B, C, D, E$"),
+        ("D. Four\n", "C. Four\n", r", question 4: option C appears twice"),
+        (
+            "### 5.",
+            "### 6.",
+            r", question 6: questions must be numbered 1, 2, 3, ... in order \(expected 5\)",
+        ),
+        (
+            "D. Four\n",
+            "D. Four\n\nThe answer is C.\n",
+            r", question 4: bold options and text after the options",
+        ),
+        ("B. One", "**B. One**", r", question 4: .*must not reveal answers"),
+        ("# Chapter 01 - ", "Chapter 1: ", r": the first line must be '# Chapter NN - Title'"),
+        ("# Chapter 01", "# Chapter 02", r": the heading says chapter 2, expected 1"),
+    ],
+)
 def test_malformed_questions_file(tmp_path, old, new, message):
     with pytest.raises(ValueError, match="^chapter01.md" + message):
         quiz.load(1, broken(tmp_path, questions=[(old, new)]))
@@ -198,7 +245,7 @@ def test_malformed_questions_file(tmp_path, old, new, message):
 
 def test_wrong_number_of_questions(tmp_path):
     text = (FIXTURES / "chapter01.md").read_text(encoding="utf-8")
-    folder = broken(tmp_path, [(text[text.index("### 8."):], "")])
+    folder = broken(tmp_path, [(text[text.index("### 8.") :], "")])
     with pytest.raises(ValueError, match="chapter01.md: expected 8 questions, found 7"):
         quiz.load(1, folder)
 

@@ -1,15 +1,21 @@
 """Sharded embedding lookups (table-, row-, column-wise) against the unsharded EmbeddingBag,
 forward and backward, and the bytes they move against the formula (course_utils.sharding)."""
+
 import pytest
 import torch
 import torch.distributed as dist
 
 from course_utils import launch, sharding
 
-CARDS = [50, 7, 300, 13, 90]          # uneven sizes: uneven row blocks, a table smaller than W
+CARDS = [50, 7, 300, 13, 90]  # uneven sizes: uneven row blocks, a table smaller than W
 DIM, BATCH = 8, 6
-CASES = [("table_wise", {}), ("column_wise", {}), ("row_wise", {"split": "range"}), ("row_wise", {"split": "hash"})]
-FORWARD_TOL, GRAD_TOL = 1e-6, 1e-5    # row-wise adds partial sums in another order than EmbeddingBag
+CASES = [
+    ("table_wise", {}),
+    ("column_wise", {}),
+    ("row_wise", {"split": "range"}),
+    ("row_wise", {"split": "hash"}),
+]
+FORWARD_TOL, GRAD_TOL = 1e-6, 1e-5  # row-wise adds partial sums in another order than EmbeddingBag
 
 
 def _problem(world_size, pooling, cards=CARDS):
@@ -37,8 +43,13 @@ def _compare(kind, options, cards=CARDS):
         out[pooling] = {
             "shape": tuple(pooled.shape),
             "forward": (pooled - reference[mine]).abs().max().item(),
-            "grad": max([(g - s.of(full[s.table].grad)).abs().max().item() if g.numel() else 0.0
-                         for s, g in lookup.shard_gradients()], default=0.0),  # default: a rank without shards
+            "grad": max(
+                [
+                    (g - s.of(full[s.table].grad)).abs().max().item() if g.numel() else 0.0
+                    for s, g in lookup.shard_gradients()
+                ],
+                default=0.0,
+            ),  # default: a rank without shards
             "traffic": lookup.traffic.as_dict(),
         }
     return out
@@ -78,10 +89,18 @@ def test_exact_for_one_id_per_table():
 
 def test_formula_known_values():
     # table-wise, 2 ranks, B=4, T=3, L=1, D=8: ids 8*4*3*1 = 96, embeddings 4*4*3*8 = 384 each way
-    assert sharding.formula("table_wise", 4, 3, 8, 2) == {"counts": 0, "ids": 96, "embeddings": 384,
-                                                          "gradients": 384, "total": 864}
+    assert sharding.formula("table_wise", 4, 3, 8, 2) == {
+        "counts": 0,
+        "ids": 96,
+        "embeddings": 384,
+        "gradients": 384,
+        "total": 864,
+    }
     # column-wise sends every id to every other rank: W times the table-wise ids
-    assert sharding.formula("column_wise", 4, 3, 8, 4)["ids"] == 4 * sharding.formula("table_wise", 4, 3, 8, 4)["ids"]
+    assert (
+        sharding.formula("column_wise", 4, 3, 8, 4)["ids"]
+        == 4 * sharding.formula("table_wise", 4, 3, 8, 4)["ids"]
+    )
     with pytest.raises(ValueError, match="pass routed=routed_ids"):
         sharding.formula("row_wise", 4, 3, 8, 2)
 
@@ -102,7 +121,7 @@ def test_table_wise_balances_bytes_and_row_wise_splits_like_dtensor():
     plan = sharding.plan_table_wise([100, 90, 10, 5], 4, 2)
     assert plan.tables_of(0) == [0, 3] and plan.tables_of(1) == [1, 2]
     rows = [s.rows for s in sharding.plan_row_wise([10], 4, 4).shards]
-    assert rows == [(0, 3), (3, 6), (6, 9), (9, 10)]          # torch.chunk / DTensor Shard(0) blocks
+    assert rows == [(0, 3), (3, 6), (6, 9), (9, 10)]  # torch.chunk / DTensor Shard(0) blocks
     assert [s.cols for s in sharding.plan_column_wise([10], 16, 3).shards] == [(0, 6), (6, 12), (12, 16)]
     assert "rank 1" in plan.describe()
 
@@ -122,9 +141,11 @@ def test_bad_plans_and_inputs_say_what_to_do():
         with pytest.raises(ValueError, match="the plan is for 4 ranks but the process group has 2"):
             sharding.shard_embeddings(sharding.plan_table_wise(CARDS, DIM, 4))
         lookup = sharding.shard_embeddings(sharding.plan_row_wise(CARDS, DIM, 2))
-        for bad, error, message in [(torch.zeros(3, 4, dtype=torch.long), ValueError, r"ids must be \[B, 5\]"),
-                                    (torch.zeros(3, 5), TypeError, "ids must be int64"),
-                                    (torch.full((3, 5), 60), IndexError, "table 1 has 7 rows but got ids in")]:
+        for bad, error, _message in [
+            (torch.zeros(3, 4, dtype=torch.long), ValueError, r"ids must be \[B, 5\]"),
+            (torch.zeros(3, 5), TypeError, "ids must be int64"),
+            (torch.full((3, 5), 60), IndexError, "table 1 has 7 rows but got ids in"),
+        ]:
             try:
                 lookup(bad)
             except error as exc:
@@ -136,11 +157,13 @@ def test_bad_plans_and_inputs_say_what_to_do():
 
 
 def test_budget_refuses_what_does_not_fit_before_allocating():
-    budget = sharding.MemoryBudget(4 * 2**20, optimizer="adam")     # 4 MiB per rank
-    cards = [200_000, 1_000, 1_000]                                   # table 0: 200k x 16 x 4 B x 4 = 48.8 MiB
-    with pytest.raises(sharding.BudgetExceededError, match="Table 0 alone needs .*no table-wise plan can fit"):
+    budget = sharding.MemoryBudget(4 * 2**20, optimizer="adam")  # 4 MiB per rank
+    cards = [200_000, 1_000, 1_000]  # table 0: 200k x 16 x 4 B x 4 = 48.8 MiB
+    with pytest.raises(
+        sharding.BudgetExceededError, match="Table 0 alone needs .*no table-wise plan can fit"
+    ):
         budget.check(sharding.plan_table_wise(cards, 16, 16))
-    budget.check(sharding.plan_row_wise(cards, 16, 16))             # 1/16 of everything per rank fits
+    budget.check(sharding.plan_row_wise(cards, 16, 16))  # 1/16 of everything per rank fits
     assert budget.need(sharding.plan_row_wise(cards, 16, 16))[0] == ((12_500 + 63 + 63) * 16) * 4 * 4
     with pytest.raises(ValueError, match="unknown optimizer"):
         sharding.MemoryBudget(1, optimizer="lion")
@@ -151,12 +174,16 @@ def test_quiz_07_answers_are_what_the_code_computes():
 
     answers = {q.number: q.options[q.answer] for q in quiz.load(7).questions}
     assert answers[1] == f"{sharding.formula('table_wise', 1000, 10, 32, 4)['embeddings']:,}"
-    ratio = sharding.formula("row_wise", 1000, 10, 32, 8, routed=[[0] * 8] * 8)["embeddings"] \
+    ratio = (
+        sharding.formula("row_wise", 1000, 10, 32, 8, routed=[[0] * 8] * 8)["embeddings"]
         / sharding.formula("table_wise", 1000, 10, 32, 8)["embeddings"]
+    )
     assert answers[2] == f"{ratio:g}"
     logs = data.make_click_logs(2048, seed=0)
-    routed = sharding.routed_ids(sharding.plan_row_wise(logs.cardinalities, 16, 4, split="range"),
-                                 list(torch.from_numpy(logs.sparse).split(512)))
+    routed = sharding.routed_ids(
+        sharding.plan_row_wise(logs.cardinalities, 16, 4, split="range"),
+        list(torch.from_numpy(logs.sparse).split(512)),
+    )
     received = [sum(row[s] for row in routed) for s in range(4)]
     assert received.index(max(received)) == 0 and answers[5].startswith("Rank 0")
     assert answers[7] == f"{sharding.MemoryBudget(1, optimizer='adam').training_bytes(100_000 * 16):,} bytes"

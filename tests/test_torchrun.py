@@ -1,5 +1,6 @@
 """The launchers, for real: torchrun on one node and on two "nodes" on localhost, the deprecated
 torch.distributed.launch, torch.multiprocessing.spawn, and the runner's failures and clean-up."""
+
 import json
 import os
 import socket
@@ -29,12 +30,19 @@ def one_node():
 
 
 def test_torchrun_one_node_sets_the_environment(one_node):
-    assert one_node.commands == ["torchrun --nproc-per-node 4 --standalone -m course_utils.scripts.hello --out OUT"]
+    assert one_node.commands == [
+        "torchrun --nproc-per-node 4 --standalone -m course_utils.scripts.hello --out OUT"
+    ]
     assert [r["rank"] for r in one_node.reports] == [0, 1, 2, 3]
     for rank, r in enumerate(one_node.reports):
         env = r["env"]
-        assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"], env["GROUP_RANK"]) == \
-            (str(rank), str(rank), "4", "4", "0")
+        assert (
+            env["RANK"],
+            env["LOCAL_RANK"],
+            env["WORLD_SIZE"],
+            env["LOCAL_WORLD_SIZE"],
+            env["GROUP_RANK"],
+        ) == (str(rank), str(rank), "4", "4", "0")
         assert env["MASTER_ADDR"] and env["MASTER_PORT"].isdigit()
         assert r["backend"] == "gloo" and r["world_size"] == 4
         assert r["all_reduce"] == EXPECTED_SUM and r["ring_all_reduce"] == EXPECTED_SUM
@@ -68,17 +76,25 @@ def test_two_nodes_with_the_elastic_c10d_rendezvous():
 
 
 def test_deprecated_launch_passes_local_rank_as_an_argument():
-    run = runner.run_torchrun("course_utils.scripts.legacy_launch", nproc_per_node=2,
-                              launcher="torch.distributed.launch", timeout=120)
+    run = runner.run_torchrun(
+        "course_utils.scripts.legacy_launch",
+        nproc_per_node=2,
+        launcher="torch.distributed.launch",
+        timeout=120,
+    )
     assert run.commands[0].startswith("python -m torch.distributed.launch --nproc-per-node 2")
-    assert [(r["argument"], r["LOCAL_RANK"], r["extra arguments"]) for r in run.reports] == \
-        [(0, "0", ["--local-rank=0"]), (1, "1", ["--local-rank=1"])]
+    assert [(r["argument"], r["LOCAL_RANK"], r["extra arguments"]) for r in run.reports] == [
+        (0, "0", ["--local-rank=0"]),
+        (1, "1", ["--local-rank=1"]),
+    ]
     assert "torch.distributed.launch is deprecated" in run.stderr[0]
 
 
 def test_mp_spawn_sets_no_environment_and_needs_explicit_ranks():
     with tempfile.TemporaryDirectory() as out:
-        runner.spawn_and_wait(hello.spawned, (2, f"tcp://127.0.0.1:{free_port()}", out), nprocs=2, timeout=120)
+        runner.spawn_and_wait(
+            hello.spawned, (2, f"tcp://127.0.0.1:{free_port()}", out), nprocs=2, timeout=120
+        )
         reports = [json.loads(p.read_text()) for p in sorted(Path(out).glob("rank*.json"))]
     assert [r["rank"] for r in reports] == [0, 1]
     assert all(v is None for r in reports for v in r["env"].values())
@@ -90,25 +106,35 @@ def test_port_in_use_names_the_problem():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         with pytest.raises(runner.LauncherError) as info:
-            runner.run_torchrun(nproc_per_node=1, nnodes=2, rendezvous="static",
-                                port=taken.getsockname()[1], timeout=120)
+            runner.run_torchrun(
+                nproc_per_node=1, nnodes=2, rendezvous="static", port=taken.getsockname()[1], timeout=120
+            )
     first = str(info.value).splitlines()[0]
-    assert first.startswith("launcher 0 of 2 exited with code 1 because its rendezvous port is already in use")
+    assert first.startswith(
+        "launcher 0 of 2 exited with code 1 because its rendezvous port is already in use"
+    )
 
 
 def test_runner_stops_what_outlives_its_timeout():
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     quick = [sys.executable, "-c", "pass"]
-    with pytest.raises(runner.LauncherError, match=r"launcher\(s\) \[0\] of 2 were still running after 0.5 s"):
+    with pytest.raises(
+        runner.LauncherError, match=r"launcher\(s\) \[0\] of 2 were still running after 0.5 s"
+    ):
         runner.run_together([sleeper, quick], timeout=0.5)
 
 
 def test_runner_stops_the_partners_of_a_failed_launcher(tmp_path):
     pid_file = tmp_path / "pid"
-    sleeper = [sys.executable, "-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
-               "time.sleep(60)"]
+    sleeper = [
+        sys.executable,
+        "-c",
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)",
+    ]
     fails = [sys.executable, "-c", "import sys, time; time.sleep(0.5); sys.exit('boom')"]
-    with pytest.raises(runner.LauncherError, match=r"launcher 1 of 2 exited with code 1; the end of its stderr:\nboom"):
+    with pytest.raises(
+        runner.LauncherError, match=r"launcher 1 of 2 exited with code 1; the end of its stderr:\nboom"
+    ):
         runner.run_together([sleeper, fails], timeout=60)
     assert not _alive(int(pid_file.read_text()))
 
@@ -124,15 +150,19 @@ def test_bad_runner_arguments():
 
 # --- stand-in nodes on one machine never share a GPU ----------------------------------------
 
-@pytest.mark.parametrize("gpus, nnodes, per_node, expected", [
-    (0, 2, 1, [{}, {}]),                                                      # CPU: gloo anyway
-    (1, 2, 1, [{"COURSE_BACKEND": "gloo"}] * 2),                              # one GPU for two nodes
-    (2, 2, 1, [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]),
-    (2, 2, 2, [{"COURSE_BACKEND": "gloo"}] * 2),                              # 4 ranks, 2 GPUs
-    (4, 2, 1, [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]),
-    (4, 2, 2, [{"CUDA_VISIBLE_DEVICES": "0,1"}, {"CUDA_VISIBLE_DEVICES": "2,3"}]),
-    (4, 1, 4, [{}]),                                                          # one node: torchrun's own choice
-])
+
+@pytest.mark.parametrize(
+    "gpus, nnodes, per_node, expected",
+    [
+        (0, 2, 1, [{}, {}]),  # CPU: gloo anyway
+        (1, 2, 1, [{"COURSE_BACKEND": "gloo"}] * 2),  # one GPU for two nodes
+        (2, 2, 1, [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]),
+        (2, 2, 2, [{"COURSE_BACKEND": "gloo"}] * 2),  # 4 ranks, 2 GPUs
+        (4, 2, 1, [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]),
+        (4, 2, 2, [{"CUDA_VISIBLE_DEVICES": "0,1"}, {"CUDA_VISIBLE_DEVICES": "2,3"}]),
+        (4, 1, 4, [{}]),  # one node: torchrun's own choice
+    ],
+)
 def test_each_stand_in_node_gets_its_own_gpus_or_gloo(monkeypatch, gpus, nnodes, per_node, expected):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(runner.hardware, "gpu_count", lambda: gpus)
@@ -160,15 +190,22 @@ def test_run_torchrun_gives_each_node_its_environment_and_shows_it(monkeypatch):
     monkeypatch.setattr(runner.hardware, "gpu_count", lambda: 2)
     run = runner.run_torchrun("course_utils.scripts.train_ddp", nproc_per_node=1, nnodes=2, rendezvous="c10d")
     assert started[0][1] == [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
-    assert [c.split(" torchrun")[0] for c in run.commands] == ["CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"]
+    assert [c.split(" torchrun")[0] for c in run.commands] == [
+        "CUDA_VISIBLE_DEVICES=0",
+        "CUDA_VISIBLE_DEVICES=1",
+    ]
     monkeypatch.setattr(runner.hardware, "gpu_count", lambda: 0)
     run = runner.run_torchrun(nproc_per_node=2)
     assert started[1][1] == [{}] and run.commands[0].startswith("torchrun --nproc-per-node 2")
 
 
 def test_run_together_adds_each_command_its_own_variables():
-    show = [sys.executable, "-c",
-            "import os; print(os.environ.get('CUDA_VISIBLE_DEVICES'), os.environ['OMP_NUM_THREADS'])"]
-    outputs, _ = runner.run_together([show, show], timeout=60,
-                                     extra_env=[{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}])
+    show = [
+        sys.executable,
+        "-c",
+        "import os; print(os.environ.get('CUDA_VISIBLE_DEVICES'), os.environ['OMP_NUM_THREADS'])",
+    ]
+    outputs, _ = runner.run_together(
+        [show, show], timeout=60, extra_env=[{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
+    )
     assert [out.strip() for out, _ in outputs] == ["0 1", "1 1"]

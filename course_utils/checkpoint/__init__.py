@@ -9,7 +9,8 @@ Two ways to save, for the two ways a model is spread over ranks:
 * **sharded state** (the hybrid DLRM: each rank holds different rows of the tables):
   every rank writes its own pieces with ``torch.distributed.checkpoint`` (DCP)
   (:func:`save_sharded`). Shards are saved as DTensors that know their place in the
-  whole table (the sharded lookup describes them: ``course_utils.sharding.dtensor``), so the checkpoint can be loaded by a different number of ranks, or
+  whole table (the sharded lookup describes them: ``course_utils.sharding.dtensor``), so
+  the checkpoint can be loaded by a different number of ranks, or
   whole by one process (:func:`load_sharded`, :func:`load_full_tables`).
 
 A resume must restore everything the next step depends on: the weights, the
@@ -22,11 +23,27 @@ Modules: ``replicated`` (rank-0 save, load, the resumable sampler, the training 
 
 Taught in chapter 08.
 """
+
 from .interval import young_daly_interval
-from .replicated import (ResumableSampler, load_on_every_rank, restore_training_state, save_on_rank0,
-                         training_state)
+from .replicated import (
+    ResumableSampler,
+    load_on_every_rank,
+    restore_training_state,
+    save_on_rank0,
+    training_state,
+)
 from .sharded import ShardedModel, load_full_tables, load_sharded, save_sharded, sharded_state_dict
 
-__all__ = ["young_daly_interval", "save_on_rank0", "load_on_every_rank", "ResumableSampler", "training_state",
-           "restore_training_state", "ShardedModel", "sharded_state_dict", "save_sharded", "load_sharded",
-           "load_full_tables"]
+__all__ = [
+    "young_daly_interval",
+    "save_on_rank0",
+    "load_on_every_rank",
+    "ResumableSampler",
+    "training_state",
+    "restore_training_state",
+    "ShardedModel",
+    "sharded_state_dict",
+    "save_sharded",
+    "load_sharded",
+    "load_full_tables",
+]

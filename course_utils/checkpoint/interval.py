@@ -2,6 +2,7 @@
 
 Taught in chapter 08 (section 7, what changes at cluster scale).
 """
+
 from __future__ import annotations
 
 __all__ = ["young_daly_interval"]
@@ -15,5 +16,7 @@ def young_daly_interval(save_seconds: float, mtbf_seconds: float) -> float:
     smallest at ``tau = sqrt(2 C M)`` (first order, for ``C`` much smaller than ``M``).
     """
     if save_seconds <= 0 or mtbf_seconds <= 0:
-        raise ValueError(f"save_seconds and mtbf_seconds must be positive, got {save_seconds}, {mtbf_seconds}")
+        raise ValueError(
+            f"save_seconds and mtbf_seconds must be positive, got {save_seconds}, {mtbf_seconds}"
+        )
     return (2.0 * save_seconds * mtbf_seconds) ** 0.5

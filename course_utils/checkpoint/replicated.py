@@ -9,6 +9,7 @@ and random state.
 
 Taught in chapter 08 (sections 1 and 2).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,13 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
-__all__ = ["save_on_rank0", "load_on_every_rank", "ResumableSampler", "training_state", "restore_training_state"]
+__all__ = [
+    "save_on_rank0",
+    "load_on_every_rank",
+    "ResumableSampler",
+    "training_state",
+    "restore_training_state",
+]
 
 
 def save_on_rank0(state: dict, path: str | os.PathLike) -> None:
@@ -32,7 +39,7 @@ def save_on_rank0(state: dict, path: str | os.PathLike) -> None:
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
         torch.save(state, tmp)
-        os.replace(tmp, path)          # atomic: the old checkpoint or the new one, never half of one
+        os.replace(tmp, path)  # atomic: the old checkpoint or the new one, never half of one
     dist.barrier()
 
 
@@ -66,7 +73,7 @@ class ResumableSampler(DistributedSampler):
         self.consumed += n
 
     def __iter__(self):
-        return iter(list(super().__iter__())[self.consumed:])
+        return iter(list(super().__iter__())[self.consumed :])
 
     def __len__(self) -> int:
         return self.num_samples - self.consumed
@@ -85,8 +92,13 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 def training_state(model, optimizer, sampler: ResumableSampler, step: int) -> dict:
     """Everything a replicated (DDP) run needs to continue: weights, optimizer state,
     data position, step count and the torch random state."""
-    return {"model": unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
-            "sampler": sampler.state_dict(), "step": step, "rng": torch.get_rng_state()}
+    return {
+        "model": unwrap(model).state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "sampler": sampler.state_dict(),
+        "step": step,
+        "rng": torch.get_rng_state(),
+    }
 
 
 def restore_training_state(state: dict, model, optimizer, sampler: ResumableSampler) -> int:

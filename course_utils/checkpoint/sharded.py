@@ -12,19 +12,27 @@ one process.
 
 Taught in chapter 08 (section 3, sharded state).
 """
+
 from __future__ import annotations
 
 import os
 import warnings
-from typing import Callable, Optional, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 
-__all__ = ["ShardedModel", "checkpoint_entries", "sharded_state_dict", "save_sharded", "load_sharded",
-           "load_full_tables"]
+__all__ = [
+    "ShardedModel",
+    "checkpoint_entries",
+    "sharded_state_dict",
+    "save_sharded",
+    "load_sharded",
+    "load_full_tables",
+]
 
 #: ``(name, parameter, place)``: see the module's docstring.
-Entry = tuple[str, torch.Tensor, Optional[Callable[[torch.Tensor], torch.Tensor]]]
+Entry = tuple[str, torch.Tensor, Callable[[torch.Tensor], torch.Tensor] | None]
 
 
 class ShardedModel(Protocol):
@@ -37,8 +45,10 @@ class ShardedModel(Protocol):
 def checkpoint_entries(model: ShardedModel) -> list[Entry]:
     """``model.checkpoint_entries()``, with a clear error for a model that has none."""
     if not hasattr(model, "checkpoint_entries"):
-        raise TypeError(f"{type(model).__name__} has no checkpoint_entries(): a sharded checkpoint needs the "
-                        "model to list [(name, parameter, place)] (see ShardedModel; HybridDLRM has one)")
+        raise TypeError(
+            f"{type(model).__name__} has no checkpoint_entries(): a sharded checkpoint needs the "
+            "model to list [(name, parameter, place)] (see ShardedModel; HybridDLRM has one)"
+        )
     return model.checkpoint_entries()
 
 

@@ -7,8 +7,18 @@
 
 Taught in chapter 02.
 """
+
 from . import bandwidth, demos
 from .groups import GroupInitError, free_port, init_group
 from .ring import bytes_sent_per_rank, ring_all_reduce, ring_schedule
 
-__all__ = ["bandwidth", "demos", "ring_all_reduce", "ring_schedule", "bytes_sent_per_rank", "init_group", "free_port", "GroupInitError"]
+__all__ = [
+    "bandwidth",
+    "demos",
+    "ring_all_reduce",
+    "ring_schedule",
+    "bytes_sent_per_rank",
+    "init_group",
+    "free_port",
+    "GroupInitError",
+]

@@ -20,6 +20,7 @@ Small messages pay mostly ``alpha`` (latency-bound), large ones mostly
 
 Taught in chapter 02 (section 5, bandwidth against message size).
 """
+
 from __future__ import annotations
 
 import math
@@ -47,7 +48,9 @@ def bus_bandwidth(nbytes: float, seconds: float, world_size: int) -> float:
     return algorithm_bandwidth(nbytes, seconds) * 2 * (world_size - 1) / world_size
 
 
-def time_all_reduce(all_reduce, nbytes: int, repeats: int = 5, group=None, warm_up: bool = True) -> list[float]:
+def time_all_reduce(
+    all_reduce, nbytes: int, repeats: int = 5, group=None, warm_up: bool = True
+) -> list[float]:
     """Seconds per call of ``all_reduce(tensor)`` on a float32 tensor of ``nbytes``; run on every rank.
 
     Each repeat starts the ranks together (a barrier), runs enough calls to last
@@ -91,16 +94,25 @@ def sweep(implementations: dict, sizes: list[int], repeats: int = 5, group=None)
                 times[name] += time_all_reduce(fn, nbytes, repeats=1, group=group, warm_up=i == 0)
         for name, ts in times.items():
             t = statistics.median(ts)
-            rows.append({"name": name, "nbytes": nbytes, "world_size": w, "seconds": t,
-                         "algbw": algorithm_bandwidth(nbytes, t), "busbw": bus_bandwidth(nbytes, t, w)})
+            rows.append(
+                {
+                    "name": name,
+                    "nbytes": nbytes,
+                    "world_size": w,
+                    "seconds": t,
+                    "algbw": algorithm_bandwidth(nbytes, t),
+                    "busbw": bus_bandwidth(nbytes, t, w),
+                }
+            )
     return rows
 
 
 @dataclass(frozen=True)
 class AlphaBeta:
     """The ring's cost model ``t(n) = 2 (w-1) alpha + 2 (w-1)/w n beta`` for ``w`` ranks."""
-    alpha: float       # seconds per step (latency)
-    beta: float        # seconds per byte (1 / bandwidth)
+
+    alpha: float  # seconds per step (latency)
+    beta: float  # seconds per byte (1 / bandwidth)
     world_size: int
 
     def seconds(self, nbytes: float) -> float:
@@ -153,8 +165,13 @@ def plot(rows: list[dict], fits: dict | None = None, title: str = ""):
         ax.plot(x, [r["busbw"] / 1e9 for r in mine], "o-", color=f"C{k}", label=f"{name} (measured)")
         if fits and name in fits:
             dense = torch.logspace(math.log10(x[0]), math.log10(x[-1]), 60, dtype=torch.float64).tolist()
-            ax.plot(dense, [fits[name].busbw(n) / 1e9 for n in dense], "--", color=f"C{k}",
-                    label=f"{name}, alpha-beta fit")
+            ax.plot(
+                dense,
+                [fits[name].busbw(n) / 1e9 for n in dense],
+                "--",
+                color=f"C{k}",
+                label=f"{name}, alpha-beta fit",
+            )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")  # latency-bound: a straight rise; bandwidth-bound: flat
     ticks = sorted({r["nbytes"] for r in rows})

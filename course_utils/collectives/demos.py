@@ -10,6 +10,7 @@ it came from (grey: a sum of several ranks).
 
 Taught in chapter 02 (section 3, every collective, before and after).
 """
+
 from __future__ import annotations
 
 import time
@@ -76,7 +77,9 @@ def demo_all_to_all():
     """all_to_all(outs, ins): rank r's piece j goes to rank j, as its piece r (a transpose)."""
     t = start_tensor()
     outs = [torch.empty(1, device=t.device) for _ in range(dist.get_world_size())]
-    all_to_all(outs, list(t.chunk(dist.get_world_size())))  # dist.all_to_all (paired sends where gloo lacks it)
+    all_to_all(
+        outs, list(t.chunk(dist.get_world_size()))
+    )  # dist.all_to_all (paired sends where gloo lacks it)
     return _out(t), _out(torch.cat(outs))
 
 
@@ -105,8 +108,9 @@ def demo_isend_irecv():
     t = start_tensor()
     rank, w = dist.get_rank(), dist.get_world_size()
     received = torch.empty_like(t)
-    requests = dist.batch_isend_irecv([dist.P2POp(dist.isend, t, (rank + 1) % w),
-                                       dist.P2POp(dist.irecv, received, (rank - 1) % w)])
+    requests = dist.batch_isend_irecv(
+        [dist.P2POp(dist.isend, t, (rank + 1) % w), dist.P2POp(dist.irecv, received, (rank - 1) % w)]
+    )
     for request in requests:  # both are in flight; wait for both
         request.wait()
     return _out(t), _out(received)
@@ -128,10 +132,17 @@ def demo_barrier():
     return _out(t), _out(t), {"arrived_s": arrived, "left_s": left, "last_arrival_s": last_arrival}
 
 
-DEMOS = {"broadcast": demo_broadcast, "reduce": demo_reduce, "all_reduce": demo_all_reduce,
-         "all_gather": demo_all_gather, "reduce_scatter": demo_reduce_scatter,
-         "all_to_all": demo_all_to_all, "send/recv": demo_send_recv,
-         "isend/irecv": demo_isend_irecv, "barrier": demo_barrier}
+DEMOS = {
+    "broadcast": demo_broadcast,
+    "reduce": demo_reduce,
+    "all_reduce": demo_all_reduce,
+    "all_gather": demo_all_gather,
+    "reduce_scatter": demo_reduce_scatter,
+    "all_to_all": demo_all_to_all,
+    "send/recv": demo_send_recv,
+    "isend/irecv": demo_isend_irecv,
+    "barrier": demo_barrier,
+}
 
 
 def run_all() -> dict:
@@ -150,7 +161,10 @@ def picture(name: str, befores: list[list[int]], afters: list[list[int]]) -> str
     cells = lambda row: "[" + " ".join(str(x).rjust(width) for x in row) + "]"  # noqa: E731
     left = max(len(cells(b)) for b in befores)
     lines = [DEMOS[name].__doc__.splitlines()[0], f"        {'before'.ljust(left)}      after"]
-    lines += [f"rank {r}  {cells(b).ljust(left)}  ->  {cells(a)}" for r, (b, a) in enumerate(zip(befores, afters))]
+    lines += [
+        f"rank {r}  {cells(b).ljust(left)}  ->  {cells(a)}"
+        for r, (b, a) in enumerate(zip(befores, afters, strict=False))
+    ]
     return "\n".join(lines)
 
 
@@ -163,7 +177,9 @@ def _origin_colours(values: list[list[int]], starts: dict[int, int]):
     def light(rgba):  # halfway to white, so the black numbers stay readable
         return tuple(0.5 + 0.5 * c for c in rgba[:3]) + (1.0,)
 
-    return [[light(palette(starts[v])) if v in starts else (0.85, 0.85, 0.85, 1.0) for v in row] for row in values]
+    return [
+        [light(palette(starts[v])) if v in starts else (0.85, 0.85, 0.85, 1.0) for v in row] for row in values
+    ]
 
 
 def plot(results: dict, names: list[str] | None = None):
@@ -188,10 +204,11 @@ def plot(results: dict, names: list[str] | None = None):
                 for i, v in enumerate(row):
                     ax.text(i, r, str(v), ha="center", va="center", fontsize=7)
             ax.set_xticks([])
-            ax.set_yticks(range(len(values)), [f"rank {r}" for r in range(len(values))] if j == 0 else [],
-                          fontsize=7)
+            ax.set_yticks(
+                range(len(values)), [f"rank {r}" for r in range(len(values))] if j == 0 else [], fontsize=7
+            )
             ax.set_title(f"{name}: {title}", fontsize=8)
-    for ax in axes.flat[len(names) * 2:]:
+    for ax in axes.flat[len(names) * 2 :]:
         ax.axis("off")
     fig.tight_layout()
     return fig

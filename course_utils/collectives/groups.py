@@ -9,6 +9,7 @@ message says what went wrong and how to fix it.
 
 Taught in chapter 02 (section 1, the life cycle of a process group; section 9, errors).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,7 +44,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 def _address(init_method: str) -> str:
     """``host:port`` the ranks meet at, as far as the init method says."""
     if init_method.startswith("tcp://"):
-        return init_method[len("tcp://"):]
+        return init_method[len("tcp://") :]
     if init_method.startswith("env://"):
         return f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
     return init_method
@@ -66,8 +67,13 @@ def _quiet_stdout_fd():
         os.close(devnull)
 
 
-def init_group(backend: str = "gloo", init_method: str = "env://", rank: int | None = None,
-               world_size: int | None = None, timeout: float = 60.0) -> None:
+def init_group(
+    backend: str = "gloo",
+    init_method: str = "env://",
+    rank: int | None = None,
+    world_size: int | None = None,
+    timeout: float = 60.0,
+) -> None:
     """``dist.init_process_group`` with clear errors; same arguments (``timeout`` in seconds).
 
     Raises ``GroupInitError`` when the environment torchrun would set is missing
@@ -78,23 +84,35 @@ def init_group(backend: str = "gloo", init_method: str = "env://", rank: int | N
     so that the ranks can exchange CPU tensors too.
     """
     if init_method.startswith("env://"):
-        missing = [name for name in TORCHRUN_ENV
-                   if name not in os.environ and not (name == "RANK" and rank is not None)
-                   and not (name == "WORLD_SIZE" and world_size is not None)]
+        missing = [
+            name
+            for name in TORCHRUN_ENV
+            if name not in os.environ
+            and not (name == "RANK" and rank is not None)
+            and not (name == "WORLD_SIZE" and world_size is not None)
+        ]
         if missing:
-            raise GroupInitError("environment", (
-                f"init_method='env://' reads {', '.join(missing)} from the environment, and "
-                f"{'it is' if len(missing) == 1 else 'they are'} not set. Start the script with "
-                "torchrun (or course_utils.launch), which sets them for every rank, or pass "
-                "init_method='tcp://HOST:PORT' with rank= and world_size="))
+            raise GroupInitError(
+                "environment",
+                (
+                    f"init_method='env://' reads {', '.join(missing)} from the environment, and "
+                    f"{'it is' if len(missing) == 1 else 'they are'} not set. Start the script with "
+                    "torchrun (or course_utils.launch), which sets them for every rank, or pass "
+                    "init_method='tcp://HOST:PORT' with rank= and world_size="
+                ),
+            )
     expected = world_size if world_size is not None else int(os.environ.get("WORLD_SIZE", "1"))
     # Ranks on this machine share its GPUs: the backend must serve that many.
     pick_backend(int(os.environ.get("LOCAL_WORLD_SIZE", expected)), backend)
     try:
         with _quiet_stdout_fd():
-            dist.init_process_group(group_backend(backend), init_method=init_method,
-                                    timeout=timedelta(seconds=timeout), rank=-1 if rank is None else rank,
-                                    world_size=-1 if world_size is None else world_size)
+            dist.init_process_group(
+                group_backend(backend),
+                init_method=init_method,
+                timeout=timedelta(seconds=timeout),
+                rank=-1 if rank is None else rank,
+                world_size=-1 if world_size is None else world_size,
+            )
     except (RuntimeError, ValueError) as exc:
         explained = _explain(exc, init_method, expected, timeout)
         if explained is exc:
@@ -106,22 +124,34 @@ def _explain(exc: Exception, init_method: str, world_size: int, timeout: float) 
     """A GroupInitError for the failures we recognise; ``exc`` itself for any other."""
     text, where = str(exc), _address(init_method)
     if "EADDRINUSE" in text or "ddress already in use" in text:
-        return GroupInitError("port in use", (
-            f"the rendezvous address {where} is already in use by another process (a previous run "
-            "still alive, or another program). Stop that process, or choose another port: a free "
-            "one from course_utils.collectives.free_port(), or with torchrun --standalone / "
-            "--rdzv-endpoint HOST:0 let torchrun pick one"))
+        return GroupInitError(
+            "port in use",
+            (
+                f"the rendezvous address {where} is already in use by another process (a previous run "
+                "still alive, or another program). Stop that process, or choose another port: a free "
+                "one from course_utils.collectives.free_port(), or with torchrun --standalone / "
+                "--rdzv-endpoint HOST:0 let torchrun pick one"
+            ),
+        )
     if "trying to connect" in text:
-        return GroupInitError("ranks missing", (
-            f"nobody answered at {where} within {timeout:g} s. Rank 0 hosts the rendezvous there: "
-            "check that rank 0 was started and uses the same address, and pass a larger timeout "
-            "if it is only slow to start"))
+        return GroupInitError(
+            "ranks missing",
+            (
+                f"nobody answered at {where} within {timeout:g} s. Rank 0 hosts the rendezvous there: "
+                "check that rank 0 was started and uses the same address, and pass a larger timeout "
+                "if it is only slow to start"
+            ),
+        )
     if "imed out" in text or "Wait timeout" in text:
         joined = re.search(r"(\d+)/(\d+) clients joined", text)
         count = f"only {joined[1]} of {joined[2]}" if joined else f"not all {world_size}"
-        return GroupInitError("ranks missing", (
-            f"{count} ranks joined the group at {where} within {timeout:g} s. Every one of the "
-            f"{world_size} processes must call init_process_group with the same init method and "
-            "world size: check that all were started (a crashed or forgotten rank never joins), "
-            "that they use the same address, and pass a larger timeout if they are only slow"))
+        return GroupInitError(
+            "ranks missing",
+            (
+                f"{count} ranks joined the group at {where} within {timeout:g} s. Every one of the "
+                f"{world_size} processes must call init_process_group with the same init method and "
+                "world size: check that all were started (a crashed or forgotten rank never joins), "
+                "that they use the same address, and pass a larger timeout if they are only slow"
+            ),
+        )
     return exc

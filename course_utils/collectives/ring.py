@@ -23,6 +23,7 @@ batch starts its send and its receive as one operation. Gloo just posts them.
 
 Taught in chapter 02 (section 4, all-reduce by hand: the ring).
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,8 +39,9 @@ def ring_schedule(rank: int, world_size: int) -> list[tuple[str, int, int, int]]
     ``"all-gather"`` (the received chunk is copied); ``2 (w - 1)`` steps in all.
     """
     w, r = world_size, rank
-    return ([("reduce-scatter", s, (r - s) % w, (r - s - 1) % w) for s in range(w - 1)]
-            + [("all-gather", s, (r + 1 - s) % w, (r - s) % w) for s in range(w - 1)])
+    return [("reduce-scatter", s, (r - s) % w, (r - s - 1) % w) for s in range(w - 1)] + [
+        ("all-gather", s, (r + 1 - s) % w, (r - s) % w) for s in range(w - 1)
+    ]
 
 
 def bytes_sent_per_rank(numel: int, element_size: int, world_size: int, rank: int = 0) -> int:
@@ -57,14 +59,20 @@ def _check(tensor, group) -> None:
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"ring_all_reduce needs a torch.Tensor, got {type(tensor).__name__}")
     if tensor.dtype in _DTYPES_WITHOUT_SUM or tensor.is_complex():
-        raise TypeError(f"ring_all_reduce sums tensors; dtype {tensor.dtype} is not supported "
-                        "(use a float or integer dtype)")
+        raise TypeError(
+            f"ring_all_reduce sums tensors; dtype {tensor.dtype} is not supported "
+            "(use a float or integer dtype)"
+        )
     if not dist.is_initialized():
-        raise RuntimeError("ring_all_reduce needs an initialised process group: call it inside "
-                           "a function run by launch(...) or torchrun, after init_process_group")
+        raise RuntimeError(
+            "ring_all_reduce needs an initialised process group: call it inside "
+            "a function run by launch(...) or torchrun, after init_process_group"
+        )
     if group is not None and dist.get_rank(group) < 0:
-        raise ValueError(f"rank {dist.get_rank()} is not a member of the group passed to "
-                         "ring_all_reduce; call it only on the ranks the group contains")
+        raise ValueError(
+            f"rank {dist.get_rank()} is not a member of the group passed to "
+            "ring_all_reduce; call it only on the ranks the group contains"
+        )
 
 
 def _global_rank(group, group_rank: int) -> int:
@@ -89,7 +97,7 @@ def _exchange(outgoing, incoming, right, left, group, tag) -> list:
 
 
 def send_and_add(outgoing, incoming, scratch, right, left, group, first_tag) -> None:
-    """One reduce-scatter step: send ``outgoing`` right while adding what comes from the left into ``incoming``.
+    """One reduce-scatter step: send ``outgoing`` right, adding what comes from the left into ``incoming``.
 
     Both arrive as lists of segments (1-D views of at most ``segment`` elements;
     the two chunks differ by at most one element, so the lists by at most one
@@ -97,9 +105,10 @@ def send_and_add(outgoing, incoming, scratch, right, left, group, first_tag) -> 
     take turns: batch k + 1 is posted before segment k is added, so the next
     segment is already travelling while this one is being added.
     """
+
     def post(k):  # batch k: send segment k right, receive segment k from the left into a scratch buffer
         send = outgoing[k] if k < len(outgoing) else None
-        receive = scratch[k % 2][:incoming[k].numel()] if k < len(incoming) else None
+        receive = scratch[k % 2][: incoming[k].numel()] if k < len(incoming) else None
         return _exchange(send, receive, right, left, group, first_tag + k)
 
     n = max(len(outgoing), len(incoming))
@@ -110,14 +119,20 @@ def send_and_add(outgoing, incoming, scratch, right, left, group, first_tag) -> 
         for work in batches[k]:
             work.wait()
         if k < len(incoming):
-            incoming[k].add_(scratch[k % 2][:incoming[k].numel()])
+            incoming[k].add_(scratch[k % 2][: incoming[k].numel()])
 
 
 def _send_and_copy(outgoing, incoming, right, left, group, tag) -> None:
     """One all-gather step: send a finished chunk right, receive one from the left in place.
     An empty chunk is neither sent nor received (the neighbour skips the same one)."""
-    for work in _exchange(outgoing if outgoing.numel() else None, incoming if incoming.numel() else None,
-                          right, left, group, tag):
+    for work in _exchange(
+        outgoing if outgoing.numel() else None,
+        incoming if incoming.numel() else None,
+        right,
+        left,
+        group,
+        tag,
+    ):
         work.wait()
 
 
@@ -137,8 +152,10 @@ def ring_all_reduce(tensor: torch.Tensor, group=None, segment_bytes: int = 1 << 
     """
     _check(tensor, group)
     if segment_bytes < tensor.element_size():
-        raise ValueError(f"segment_bytes must hold at least one element ({tensor.element_size()} "
-                         f"bytes for {tensor.dtype}), got {segment_bytes}")
+        raise ValueError(
+            f"segment_bytes must hold at least one element ({tensor.element_size()} "
+            f"bytes for {tensor.dtype}), got {segment_bytes}"
+        )
     w, r = dist.get_world_size(group), dist.get_rank(group)
     if w == 1 or tensor.numel() == 0:
         return tensor
@@ -146,17 +163,27 @@ def ring_all_reduce(tensor: torch.Tensor, group=None, segment_bytes: int = 1 << 
     chunks = torch.tensor_split(data.view(-1), w)  # views, no copy; sizes differ by <= 1
     right, left = _global_rank(group, (r + 1) % w), _global_rank(group, (r - 1) % w)
     segment = segment_bytes // tensor.element_size()
-    scratch = [torch.empty(min(segment, chunks[0].numel()), dtype=tensor.dtype, device=tensor.device)
-               for _ in range(2)]
+    scratch = [
+        torch.empty(min(segment, chunks[0].numel()), dtype=tensor.dtype, device=tensor.device)
+        for _ in range(2)
+    ]
     tags_per_step = -(-chunks[0].numel() // segment)  # every rank agrees: chunk 0 is the largest
 
     for phase, step, send_i, recv_i in ring_schedule(r, w):
         if phase == "reduce-scatter":
-            send_and_add(_pieces(chunks[send_i], segment), _pieces(chunks[recv_i], segment), scratch,
-                          right, left, group, first_tag=step * tags_per_step)
+            send_and_add(
+                _pieces(chunks[send_i], segment),
+                _pieces(chunks[recv_i], segment),
+                scratch,
+                right,
+                left,
+                group,
+                first_tag=step * tags_per_step,
+            )
         else:
-            _send_and_copy(chunks[send_i], chunks[recv_i], right, left, group,
-                           tag=(w - 1) * tags_per_step + step)
+            _send_and_copy(
+                chunks[send_i], chunks[recv_i], right, left, group, tag=(w - 1) * tags_per_step + step
+            )
     if data is not tensor:
         tensor.copy_(data)
     return tensor

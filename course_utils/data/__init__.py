@@ -12,12 +12,25 @@ course_utils.data`` and code that only makes data stay light.
 
 Taught in chapters 01 (synthetic logs) and 04 (parquet partitions, streaming).
 """
-from .criteo import (CRITEO_1TB_CARDINALITIES, CRITEO_1TB_ROWS, CRITEO_1TB_ROWS_PER_DAY,
-                     CRITEO_1TB_TRAIN_ROWS, CRITEO_KAGGLE_CARDINALITIES, CRITEO_KAGGLE_ROWS,
-                     read_criteo_tsv)
+
+from .criteo import (
+    CRITEO_1TB_CARDINALITIES,
+    CRITEO_1TB_ROWS,
+    CRITEO_1TB_ROWS_PER_DAY,
+    CRITEO_1TB_TRAIN_ROWS,
+    CRITEO_KAGGLE_CARDINALITIES,
+    CRITEO_KAGGLE_ROWS,
+    read_criteo_tsv,
+)
 from .logs import Batch, ClickLogs, batches, dense_columns, sparse_columns
-from .parquet import (parquet_info, read_parquet, repartition, row_groups_of_rank, write_parquet,
-                      write_row_groups)
+from .parquet import (
+    parquet_info,
+    read_parquet,
+    repartition,
+    row_groups_of_rank,
+    write_parquet,
+    write_row_groups,
+)
 from .synthetic import BLOCK_ROWS, PlantedClickModel, criteo_cardinalities, make_click_logs
 
 
@@ -27,21 +40,46 @@ def bayes_auc(logs: ClickLogs) -> float:
 
 
 __all__ = [
-    "ClickLogs", "Batch", "batches", "make_click_logs", "PlantedClickModel", "criteo_cardinalities",
-    "bayes_auc", "write_parquet", "write_row_groups",
-    "read_parquet", "repartition", "row_groups_of_rank", "parquet_info",
-    "read_criteo_tsv", "dense_columns", "sparse_columns", "BLOCK_ROWS",
-    "CRITEO_KAGGLE_CARDINALITIES", "CRITEO_KAGGLE_ROWS", "CRITEO_1TB_CARDINALITIES",
-    "CRITEO_1TB_ROWS", "CRITEO_1TB_ROWS_PER_DAY", "CRITEO_1TB_TRAIN_ROWS",
+    "ClickLogs",
+    "Batch",
+    "batches",
+    "make_click_logs",
+    "PlantedClickModel",
+    "criteo_cardinalities",
+    "bayes_auc",
+    "write_parquet",
+    "write_row_groups",
+    "read_parquet",
+    "repartition",
+    "row_groups_of_rank",
+    "parquet_info",
+    "read_criteo_tsv",
+    "dense_columns",
+    "sparse_columns",
+    "BLOCK_ROWS",
+    "CRITEO_KAGGLE_CARDINALITIES",
+    "CRITEO_KAGGLE_ROWS",
+    "CRITEO_1TB_CARDINALITIES",
+    "CRITEO_1TB_ROWS",
+    "CRITEO_1TB_ROWS_PER_DAY",
+    "CRITEO_1TB_TRAIN_ROWS",
 ]
 
-_LOADERS = ("InMemoryBatches", "SampledBatches", "ParquetBatches", "GlobalBatches", "MapBatches",
-            "rank_loader", "sampler_indices")
+_LOADERS = (
+    "InMemoryBatches",
+    "SampledBatches",
+    "ParquetBatches",
+    "GlobalBatches",
+    "MapBatches",
+    "rank_loader",
+    "sampler_indices",
+)
 __all__ += list(_LOADERS)
 
 
 def __getattr__(name: str):
     if name in _LOADERS:
         from . import loaders
+
         return getattr(loaders, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,6 +5,7 @@
 
 Not taught in a chapter: the command line behind the README's data helpers.
 """
+
 import sys
 
 from .parquet import parquet_info, repartition

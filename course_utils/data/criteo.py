@@ -12,37 +12,117 @@ The format: one row per line, tab-separated, 40 fields::
 
 Taught in chapter 01 (real Criteo files, read from a path you give).
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence, Union
 
 import numpy as np
 
 from .logs import ClickLogs, dense_columns, sparse_columns
 
-__all__ = ["CRITEO_KAGGLE_CARDINALITIES", "CRITEO_1TB_CARDINALITIES", "CRITEO_KAGGLE_ROWS",
-           "CRITEO_1TB_ROWS", "CRITEO_1TB_ROWS_PER_DAY", "CRITEO_1TB_TRAIN_ROWS", "read_criteo_tsv"]
+__all__ = [
+    "CRITEO_KAGGLE_CARDINALITIES",
+    "CRITEO_1TB_CARDINALITIES",
+    "CRITEO_KAGGLE_ROWS",
+    "CRITEO_1TB_ROWS",
+    "CRITEO_1TB_ROWS_PER_DAY",
+    "CRITEO_1TB_TRAIN_ROWS",
+    "read_criteo_tsv",
+]
 
 #: Distinct ids per categorical column in Kaggle's Display Advertising Challenge
 #: train set (7 days, 45,840,617 rows), as used by the DLRM reference code.
 CRITEO_KAGGLE_CARDINALITIES = (
-    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
-    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572)
+    1460,
+    583,
+    10131227,
+    2202608,
+    305,
+    24,
+    12517,
+    633,
+    3,
+    93145,
+    5683,
+    8351593,
+    3194,
+    27,
+    14992,
+    5461306,
+    10,
+    5652,
+    2173,
+    4,
+    7046547,
+    18,
+    15,
+    286181,
+    105,
+    142572,
+)
 CRITEO_KAGGLE_ROWS = 45_840_617
 
 #: Table sizes of the MLPerf DLRM benchmark on the Criteo 1TB logs
 #: (ids of each column hashed to at most 40 million).
 CRITEO_1TB_CARDINALITIES = (
-    39884406, 39043, 17289, 7420, 20263, 3, 7120, 1543, 63, 38532951, 2953546, 403346, 10,
-    2208, 11938, 155, 4, 976, 14, 39979771, 25641295, 39664984, 585935, 12972, 108, 36)
+    39884406,
+    39043,
+    17289,
+    7420,
+    20263,
+    3,
+    7120,
+    1543,
+    63,
+    38532951,
+    2953546,
+    403346,
+    10,
+    2208,
+    11938,
+    155,
+    4,
+    976,
+    14,
+    39979771,
+    25641295,
+    39664984,
+    585935,
+    12972,
+    108,
+    36,
+)
 #: Rows per day (day_0 .. day_23) of the Criteo 1TB click logs.
 CRITEO_1TB_ROWS_PER_DAY = (
-    195841983, 199563535, 196792019, 181115208, 152115810, 172548507, 204846845, 200801003,
-    193772492, 198424372, 185778055, 153588700, 169003364, 194216520, 194081279, 187154596,
-    177984934, 163382602, 142061091, 156534237, 193627464, 192215183, 189747893, 178274637)
-CRITEO_1TB_ROWS = sum(CRITEO_1TB_ROWS_PER_DAY)              # 4,373,472,329 rows in 24 days
-CRITEO_1TB_TRAIN_ROWS = sum(CRITEO_1TB_ROWS_PER_DAY[:-1])   # 4,195,197,692: MLPerf's train split
+    195841983,
+    199563535,
+    196792019,
+    181115208,
+    152115810,
+    172548507,
+    204846845,
+    200801003,
+    193772492,
+    198424372,
+    185778055,
+    153588700,
+    169003364,
+    194216520,
+    194081279,
+    187154596,
+    177984934,
+    163382602,
+    142061091,
+    156534237,
+    193627464,
+    192215183,
+    189747893,
+    178274637,
+)
+CRITEO_1TB_ROWS = sum(CRITEO_1TB_ROWS_PER_DAY)  # 4,373,472,329 rows in 24 days
+CRITEO_1TB_TRAIN_ROWS = sum(CRITEO_1TB_ROWS_PER_DAY[:-1])  # 4,195,197,692: MLPerf's train split
 
 _N_DENSE, _N_SPARSE = 13, 26
 _FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
@@ -60,8 +140,9 @@ def _hash_strings(values: np.ndarray) -> np.ndarray:
     return h
 
 
-def read_criteo_tsv(path: Union[str, Path], *, max_rows: int | None = None,
-                    buckets: Union[int, Sequence[int]] = 2 ** 17) -> ClickLogs:
+def read_criteo_tsv(
+    path: str | Path, *, max_rows: int | None = None, buckets: int | Sequence[int] = 2**17
+) -> ClickLogs:
     """Read a Criteo TSV file (label, 13 integers, 26 hex categoricals) into :class:`ClickLogs`.
 
     Dense: a missing integer becomes 0, a negative one 0 too, then ``log1p``
@@ -79,25 +160,42 @@ def read_criteo_tsv(path: Union[str, Path], *, max_rows: int | None = None,
 
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path.name}: no such file. This course never downloads Criteo; "
-                                "get it from Criteo's site or Kaggle, decompress, and pass its path.")
+        raise FileNotFoundError(
+            f"{path.name}: no such file. This course never downloads Criteo; "
+            "get it from Criteo's site or Kaggle, decompress, and pass its path."
+        )
     sizes = [int(buckets)] * _N_SPARSE if np.isscalar(buckets) else [int(b) for b in buckets]
     if len(sizes) != _N_SPARSE or min(sizes) < 2:
         raise ValueError(f"buckets must be one int >= 2 or {_N_SPARSE} of them, got {buckets!r}.")
     names = ["label", *dense_columns(_N_DENSE), *sparse_columns(_N_SPARSE)]
-    not_criteo = (f"{path.name} does not look like Criteo TSV: expected {len(names)} tab-separated "
-                  "fields per line with a 0/1 label first")
+    not_criteo = (
+        f"{path.name} does not look like Criteo TSV: expected {len(names)} tab-separated "
+        "fields per line with a 0/1 label first"
+    )
     with open(path, encoding="utf-8", errors="replace") as f:
         fields = f.readline().rstrip("\r\n").count("\t") + 1
-    if fields != len(names):   # read_csv with names= would drop or pad the extra fields silently
+    if fields != len(names):  # read_csv with names= would drop or pad the extra fields silently
         raise ValueError(f"{not_criteo}; its first line has {fields}.")
     try:
-        df = pd.read_csv(path, sep="\t", header=None, names=names, nrows=max_rows,
-                         dtype={**{c: "float64" for c in names[:1 + _N_DENSE]},
-                                **{c: "object" for c in names[1 + _N_DENSE:]}},
-                         keep_default_na=False, na_values={c: [""] for c in names[:1 + _N_DENSE]},
-                         quoting=3, engine="c")
-    except (pd.errors.ParserError, ValueError) as exc:  # a later line with too many fields, or text in a number
+        df = pd.read_csv(
+            path,
+            sep="\t",
+            header=None,
+            names=names,
+            nrows=max_rows,
+            dtype={
+                **{c: "float64" for c in names[: 1 + _N_DENSE]},
+                **{c: "object" for c in names[1 + _N_DENSE :]},
+            },
+            keep_default_na=False,
+            na_values={c: [""] for c in names[: 1 + _N_DENSE]},
+            quoting=3,
+            engine="c",
+        )
+    except (
+        pd.errors.ParserError,
+        ValueError,
+    ) as exc:  # a later line with too many fields, or text in a number
         raise ValueError(f"{not_criteo} ({str(exc).strip()})") from None
     if df["label"].isna().any():
         raise ValueError(f"{not_criteo}.")

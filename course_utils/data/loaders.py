@@ -18,10 +18,11 @@ Batches are made as the loop asks for them, never a whole epoch ahead.
 
 Taught in chapter 04.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -31,12 +32,20 @@ from ..checks import check_whole
 from .logs import Batch, ClickLogs
 from .stream import ParquetBatches
 
-__all__ = ["sampler_indices", "InMemoryBatches", "SampledBatches", "ParquetBatches", "GlobalBatches",
-           "MapBatches", "rank_loader"]
+__all__ = [
+    "sampler_indices",
+    "InMemoryBatches",
+    "SampledBatches",
+    "ParquetBatches",
+    "GlobalBatches",
+    "MapBatches",
+    "rank_loader",
+]
 
 
-def sampler_indices(n_rows: int, rank: int, world_size: int, epoch: int, seed: int = 0,
-                    set_epoch: bool = True) -> list[int]:
+def sampler_indices(
+    n_rows: int, rank: int, world_size: int, epoch: int, seed: int = 0, set_epoch: bool = True
+) -> list[int]:
     """Row indices rank ``rank`` visits in ``epoch``, from ``torch.utils.data.DistributedSampler``.
 
     The sampler shuffles all rows with seed ``seed + epoch`` (the epoch comes from
@@ -55,6 +64,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 class _Epochs:
     """What every loader shares: the epoch it is at."""
+
     epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -86,13 +96,13 @@ class SampledBatches(_Epochs):
         self.rank, self.world_size = rank, world_size
 
     def __len__(self) -> int:
-        per_rank = _ceil_div(len(self.logs), self.world_size)     # the sampler pads to a multiple of W
+        per_rank = _ceil_div(len(self.logs), self.world_size)  # the sampler pads to a multiple of W
         return _ceil_div(per_rank, self.batch_size)
 
     def __iter__(self) -> Iterator[Batch]:
         idx = np.asarray(sampler_indices(len(self.logs), self.rank, self.world_size, self.epoch, self.seed))
         for i in range(0, len(idx), self.batch_size):
-            yield self.logs[idx[i:i + self.batch_size]].to_torch()
+            yield self.logs[idx[i : i + self.batch_size]].to_torch()
 
 
 class GlobalBatches(_Epochs):
@@ -109,8 +119,8 @@ class GlobalBatches(_Epochs):
         return min(len(loader) for loader in self.loaders)
 
     def __iter__(self) -> Iterator[Batch]:
-        for step in zip(*self.loaders):
-            yield Batch(*(torch.cat(parts) for parts in zip(*step)))
+        for step in zip(*self.loaders, strict=False):
+            yield Batch(*(torch.cat(parts) for parts in zip(*step, strict=False)))
 
 
 class MapBatches(_Epochs):
@@ -129,8 +139,14 @@ class MapBatches(_Epochs):
         return map(self.fn, self.loader)
 
 
-def rank_loader(data: ClickLogs | str | Path, rank: int, world_size: int, batch_size: int, seed: int = 0,
-                in_memory: bool = False):
+def rank_loader(
+    data: ClickLogs | str | Path,
+    rank: int,
+    world_size: int,
+    batch_size: int,
+    seed: int = 0,
+    in_memory: bool = False,
+):
     """Rank ``rank``'s loader of ``data``: :class:`SampledBatches` of ``ClickLogs`` in memory, or
     :class:`ParquetBatches` of a parquet path (its own row groups, streamed; ``in_memory=True``:
     read once and kept)."""

@@ -9,29 +9,39 @@ file with another count. From a shell::
 
 Taught in chapter 04 (row groups as partitions).
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Union
 
 import numpy as np
 
 from ..checks import check_whole
 from .logs import ClickLogs
 
-__all__ = ["write_parquet", "write_row_groups", "read_parquet", "repartition", "row_groups_of_rank",
-           "parquet_info", "open_parquet", "read_row_groups"]
+__all__ = [
+    "write_parquet",
+    "write_row_groups",
+    "read_parquet",
+    "repartition",
+    "row_groups_of_rank",
+    "parquet_info",
+    "open_parquet",
+    "read_row_groups",
+]
 
 _META_KEY = b"course_utils.cardinalities"
-PathLike = Union[str, Path]
+PathLike = str | Path
 
 
 def _check_row_groups(row_groups: int, n_rows: int) -> None:
     check_whole("row_groups", row_groups)
     if row_groups > max(n_rows, 1):
-        raise ValueError(f"row_groups={row_groups} is more than the {n_rows} rows; "
-                         "every row group needs at least one row.")
+        raise ValueError(
+            f"row_groups={row_groups} is more than the {n_rows} rows; every row group needs at least one row."
+        )
 
 
 def write_parquet(logs: ClickLogs, path: PathLike, row_groups: int) -> Path:
@@ -40,7 +50,7 @@ def write_parquet(logs: ClickLogs, path: PathLike, row_groups: int) -> Path:
     cardinalities travel in the file's metadata. Returns the path."""
     _check_row_groups(row_groups, len(logs))
     bounds = np.linspace(0, len(logs), row_groups + 1).round().astype(int)
-    return write_row_groups((logs[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])), path)
+    return write_row_groups((logs[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=False)), path)
 
 
 def write_row_groups(parts: Iterable[ClickLogs], path: PathLike) -> Path:
@@ -60,8 +70,10 @@ def write_row_groups(parts: Iterable[ClickLogs], path: PathLike) -> Path:
                 meta[_META_KEY] = json.dumps(list(part.cardinalities)).encode()
                 writer, cards = pq.ParquetWriter(path, table.schema.with_metadata(meta)), part.cardinalities
             if part.cardinalities != cards:
-                raise ValueError(f"write_row_groups: a part has cardinalities {part.cardinalities[:4]}..., "
-                                 f"the first had {cards[:4]}...")
+                raise ValueError(
+                    f"write_row_groups: a part has cardinalities {part.cardinalities[:4]}..., "
+                    f"the first had {cards[:4]}..."
+                )
             writer.write_table(table, row_group_size=max(len(part), 1))
     finally:
         if writer is not None:
@@ -76,9 +88,12 @@ def parquet_info(path: PathLike) -> dict:
 
     pf = pq.ParquetFile(path)
     md, meta = pf.metadata, pf.schema_arrow.metadata or {}
-    return {"rows": md.num_rows, "row_groups": md.num_row_groups,
-            "rows_per_group": [md.row_group(i).num_rows for i in range(md.num_row_groups)],
-            "cardinalities": tuple(json.loads(meta[_META_KEY])) if _META_KEY in meta else None}
+    return {
+        "rows": md.num_rows,
+        "row_groups": md.num_row_groups,
+        "rows_per_group": [md.row_group(i).num_rows for i in range(md.num_row_groups)],
+        "cardinalities": tuple(json.loads(meta[_META_KEY])) if _META_KEY in meta else None,
+    }
 
 
 def row_groups_of_rank(n_row_groups: int, rank: int, world_size: int, path: PathLike = "FILE") -> list[int]:
@@ -96,9 +111,11 @@ def row_groups_of_rank(n_row_groups: int, rank: int, world_size: int, path: Path
         raise ValueError(
             f"{name} has {n_row_groups} row groups, which is not a multiple of world_size={world_size}: "
             f"each rank must read the same number of whole row groups. Repartition it, e.g. to {fixed}:\n"
-            f"    course_utils.data.repartition({str(path)!r}, {str(Path(path).with_name(dst))!r}, row_groups={fixed})\n"
+            f"    course_utils.data.repartition({str(path)!r}, {str(Path(path).with_name(dst))!r}, "
+            f"row_groups={fixed})\n"
             f"or from a shell:\n"
-            f"    python -m course_utils.data repartition {path} {Path(path).with_name(dst)} {fixed}")
+            f"    python -m course_utils.data repartition {path} {Path(path).with_name(dst)} {fixed}"
+        )
     return list(range(rank, n_row_groups, world_size))
 
 
@@ -108,8 +125,9 @@ def open_parquet(path: PathLike):
 
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no such parquet file; "
-                                "write one with write_parquet(logs, path, row_groups).")
+        raise FileNotFoundError(
+            f"{path}: no such parquet file; write one with write_parquet(logs, path, row_groups)."
+        )
     pf = pq.ParquetFile(path)
     meta = pf.schema_arrow.metadata or {}
     if _META_KEY not in meta:
@@ -124,9 +142,15 @@ def read_row_groups(pf, groups: list[int], cardinalities) -> ClickLogs:
     table = pf.read_row_groups(groups, use_threads=False)
     names = table.column_names
     dcols = [c for c in names if c.startswith("I") and c[1:].isdigit()]
-    column = lambda name, dtype: table.column(name).to_numpy().astype(dtype, copy=False)
-    dense = (np.stack([column(c, np.float32) for c in dcols], axis=1) if dcols
-             else np.zeros((table.num_rows, 0), np.float32))
+
+    def column(name, dtype):
+        return table.column(name).to_numpy().astype(dtype, copy=False)
+
+    dense = (
+        np.stack([column(c, np.float32) for c in dcols], axis=1)
+        if dcols
+        else np.zeros((table.num_rows, 0), np.float32)
+    )
     sparse = np.stack([column(f"C{t + 1}", np.int64) for t in range(len(cardinalities))], axis=1)
     return ClickLogs(dense, sparse, column("label", np.float32), column("prob", np.float32), cardinalities)
 
@@ -142,7 +166,7 @@ def read_parquet(path: PathLike, rank: int = 0, world_size: int = 1) -> ClickLog
 
 
 def repartition(src: PathLike, dst: PathLike, row_groups: int) -> Path:
-    """Rewrite parquet ``src`` as ``dst`` with ``row_groups`` near-equal row groups (same rows, same order)."""
+    """Rewrite parquet ``src`` as ``dst`` with ``row_groups`` near-equal row groups (same rows, order)."""
     if Path(src).resolve() == Path(dst).resolve():
         raise ValueError("repartition: dst must differ from src (write a new file, then rename it).")
     return write_parquet(read_parquet(src), dst, row_groups)

@@ -18,10 +18,11 @@ batches from memory (for small files, or to compare: ``benchmarks/data_loading.p
 
 Taught in chapter 04 (batches streamed from row groups).
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 from torch.utils.data import IterableDataset
@@ -41,16 +42,26 @@ class ParquetBatches(IterableDataset):
     ``stats`` counts, for the curious and for tests: ``groups_read``, ``rows_read``, ``batches``.
     """
 
-    def __init__(self, path, batch_size: int, rank: int = 0, world_size: int = 1, *, seed: int = 0,
-                 in_memory: bool = False):
+    def __init__(
+        self,
+        path,
+        batch_size: int,
+        rank: int = 0,
+        world_size: int = 1,
+        *,
+        seed: int = 0,
+        in_memory: bool = False,
+    ):
         check_whole("batch_size", batch_size)
         self.path, self.batch_size, self.seed, self.in_memory = Path(path), batch_size, seed, in_memory
         info = parquet_info(self.path)
         rows = info["rows_per_group"]
         self.groups = row_groups_of_rank(len(rows), rank, world_size, self.path)
         self.group_rows = [rows[g] for g in self.groups]
-        shares = [sum(rows[g] for g in row_groups_of_rank(len(rows), r, world_size, self.path))
-                  for r in range(world_size)]
+        shares = [
+            sum(rows[g] for g in row_groups_of_rank(len(rows), r, world_size, self.path))
+            for r in range(world_size)
+        ]
         self.steps = min(shares) // batch_size
         self.epoch = 0
         self.stats = {"groups_read": 0, "rows_read": 0, "batches": 0}
@@ -94,7 +105,7 @@ class ParquetBatches(IterableDataset):
             rows = rows if rest is None else ClickLogs.concat([rest, rows])
             start = 0
             while len(rows) - start >= self.batch_size and made < self.steps:
-                batch = rows[start:start + self.batch_size].to_torch()
+                batch = rows[start : start + self.batch_size].to_torch()
                 self.stats["batches"] += 1
                 made, start = made + 1, start + self.batch_size
                 yield batch

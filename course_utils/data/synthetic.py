@@ -23,11 +23,12 @@ Rows come in blocks of ``BLOCK_ROWS``; column ``c`` of block ``b`` of seed
 
 Taught in chapter 01.
 """
+
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -38,10 +39,10 @@ from .logs import ClickLogs
 __all__ = ["PlantedClickModel", "make_click_logs", "criteo_cardinalities", "BLOCK_ROWS"]
 
 BLOCK_ROWS = 1 << 16
-_FACTOR_ROWS = 1 << 14        # ids beyond this share planted parameters through a hash
+_FACTOR_ROWS = 1 << 14  # ids beyond this share planted parameters through a hash
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _LOW32 = np.uint64(0xFFFFFFFF)
-_OCTAVE_WEIGHT = 1 << 20      # integer weight of one full octave of ids
+_OCTAVE_WEIGHT = 1 << 20  # integer weight of one full octave of ids
 # Shape of the dense counts (fixed, seed-independent), cycled if n_dense > 13:
 # counts are < 2**max_octave, and 0 with probability zero_percent / 100.
 _DENSE_MAX_OCTAVE = (5, 11, 8, 6, 17, 10, 8, 6, 9, 3, 5, 6, 8)
@@ -84,7 +85,9 @@ def _octave_ids(raw: np.ndarray, cardinality: int) -> np.ndarray:
 def _counts(raw: np.ndarray, j: int) -> np.ndarray:
     """Heavy-tailed non-negative counts for dense column ``j`` (integer arithmetic only)."""
     max_octave = _DENSE_MAX_OCTAVE[j % len(_DENSE_MAX_OCTAVE)]
-    zero = (raw & np.uint64(0xFFFF)) < np.uint64(_DENSE_ZERO_PERCENT[j % len(_DENSE_ZERO_PERCENT)] * 65536 // 100)
+    zero = (raw & np.uint64(0xFFFF)) < np.uint64(
+        _DENSE_ZERO_PERCENT[j % len(_DENSE_ZERO_PERCENT)] * 65536 // 100
+    )
     octave = ((raw >> np.uint64(16)) & np.uint64(0xFFFF)) % np.uint64(max_octave)
     count = (np.uint64(1) << octave) + (raw >> np.uint64(32)) % (np.uint64(1) << octave)
     return np.where(zero, np.uint64(0), count).astype(np.int64)
@@ -118,6 +121,7 @@ class PlantedClickModel:
     world_seed: seed of the planted parameters; rows have their own seed, so
         train and test sets drawn with different row seeds share one world.
     """
+
     ctr: float = 0.2
     latent_dim: int = 4
     dense_strength: float = 0.8
@@ -130,8 +134,10 @@ class PlantedClickModel:
         if not 0.0 < self.ctr < 1.0:
             raise ValueError(f"ctr must be strictly between 0 and 1, got {self.ctr}.")
         if self.latent_dim < 1 or self.interacting_tables < 0:
-            raise ValueError(f"need latent_dim >= 1 and interacting_tables >= 0, "
-                             f"got {self.latent_dim} and {self.interacting_tables}.")
+            raise ValueError(
+                f"need latent_dim >= 1 and interacting_tables >= 0, "
+                f"got {self.latent_dim} and {self.interacting_tables}."
+            )
 
     def parameters(self, cardinalities: Sequence[int], n_dense: int) -> dict:
         """The planted parameters for these table sizes (built once, then cached)."""
@@ -170,22 +176,31 @@ def _centred_logit(params: dict, count_cols: list, id_cols: list) -> np.ndarray:
 def _build_parameters(model: PlantedClickModel, cardinalities: tuple, n_dense: int) -> dict:
     rng = np.random.Generator(np.random.PCG64([model.world_seed, 0x5EED]))
     n_tables = len(cardinalities)
-    importance = 0.25 + 0.75 * rng.random(n_tables)      # some columns matter more
+    importance = 0.25 + 0.75 * rng.random(n_tables)  # some columns matter more
     sign = np.where(rng.random(n_dense) < 0.5, -1.0, 1.0)
     params = {
         "latent_dim": model.latent_dim,
         "dense_w": sign * (0.5 + rng.random(n_dense)) * model.dense_strength * 2.0 / np.sqrt(max(n_dense, 1)),
-        "dense_mid": np.array([float(1 << (_DENSE_MAX_OCTAVE[j % len(_DENSE_MAX_OCTAVE)] // 2)) for j in range(n_dense)]),
-        "effect": [], "factor": {}, "factor_sq": {},
+        "dense_mid": np.array(
+            [float(1 << (_DENSE_MAX_OCTAVE[j % len(_DENSE_MAX_OCTAVE)] // 2)) for j in range(n_dense)]
+        ),
+        "effect": [],
+        "factor": {},
+        "factor_sq": {},
     }
-    interacting = sorted(rng.permutation(n_tables)[:min(model.interacting_tables, n_tables)].tolist())
+    interacting = sorted(rng.permutation(n_tables)[: min(model.interacting_tables, n_tables)].tolist())
     k = len(interacting)
     params["interacting"] = interacting
     params["pair_scale"] = model.interaction_strength / np.sqrt(max(k * (k - 1) / 2, 1) * model.latent_dim)
     for t, card in enumerate(cardinalities):
         rows = min(card, _FACTOR_ROWS)
-        params["effect"].append(_approx_normal(rng, (rows,)) * importance[t]
-                                * model.category_strength / np.sqrt(max(n_tables, 1)) * 2.0)
+        params["effect"].append(
+            _approx_normal(rng, (rows,))
+            * importance[t]
+            * model.category_strength
+            / np.sqrt(max(n_tables, 1))
+            * 2.0
+        )
         if t in interacting:
             factor = _approx_normal(rng, (rows, model.latent_dim))
             squared = np.zeros(rows)
@@ -210,6 +225,7 @@ def _draw_block(key: list, n: int, cardinalities: tuple, n_dense: int):
     Every column has its own stream ``PCG64(key + [column])``, so the first ``n``
     rows of a block do not depend on how many rows are drawn after them.
     """
+
     def raw(column: int) -> np.ndarray:
         return np.random.PCG64([*key, column]).random_raw(n)
 
@@ -218,9 +234,15 @@ def _draw_block(key: list, n: int, cardinalities: tuple, n_dense: int):
     return counts, ids, raw(n_dense + len(cardinalities))
 
 
-def make_click_logs(n_rows: int, *, seed: int = 0, cardinalities: Sequence[int] | None = None,
-                    n_dense: int = 13, first_row: int = 0,
-                    planted: PlantedClickModel = PlantedClickModel()) -> ClickLogs:
+def make_click_logs(
+    n_rows: int,
+    *,
+    seed: int = 0,
+    cardinalities: Sequence[int] | None = None,
+    n_dense: int = 13,
+    first_row: int = 0,
+    planted: PlantedClickModel = PlantedClickModel(),
+) -> ClickLogs:
     """Rows ``[first_row, first_row + n_rows)`` of the synthetic click log of ``seed``.
 
     cardinalities: ids per categorical table; default ``criteo_cardinalities(1/1000)``
@@ -244,7 +266,7 @@ def make_click_logs(n_rows: int, *, seed: int = 0, cardinalities: Sequence[int] 
     prob = np.empty(n_rows, np.float32)
     end = first_row + n_rows
     for block in range(first_row // BLOCK_ROWS, -(-end // BLOCK_ROWS)):
-        lo = max(first_row - block * BLOCK_ROWS, 0)      # rows [lo, hi) of this block are wanted
+        lo = max(first_row - block * BLOCK_ROWS, 0)  # rows [lo, hi) of this block are wanted
         hi = min(end - block * BLOCK_ROWS, BLOCK_ROWS)
         counts, ids, u = _draw_block([seed, block], hi, cards, n_dense)
         p = 1.0 / (1.0 + np.exp(-(params["bias"] + _centred_logit(params, counts, ids))))

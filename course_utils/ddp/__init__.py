@@ -12,11 +12,41 @@
 
 Taught in chapter 04 (chapter 03's threads against processes: ``course_utils.gil``).
 """
+
 from .bucketed import Bucket, BucketedDDP, make_buckets, settle_ddp_buckets
 from .naive import NaiveDDP, broadcast_parameters
-from .train import (DDP_KINDS, TrainSettings, ddp_worker, finish_gradient_sync, global_batches, global_loader,
-                    max_difference, rank_batches, rank_loader, sampler_indices, train_single, wrap)
+from .train import (
+    DDP_KINDS,
+    TrainSettings,
+    ddp_worker,
+    finish_gradient_sync,
+    global_batches,
+    global_loader,
+    max_difference,
+    rank_batches,
+    rank_loader,
+    sampler_indices,
+    train_single,
+    wrap,
+)
 
-__all__ = ["NaiveDDP", "BucketedDDP", "Bucket", "make_buckets", "settle_ddp_buckets", "broadcast_parameters",
-           "DDP_KINDS", "TrainSettings", "ddp_worker", "train_single", "wrap", "finish_gradient_sync",
-           "sampler_indices", "rank_loader", "global_loader", "rank_batches", "global_batches", "max_difference"]
+__all__ = [
+    "NaiveDDP",
+    "BucketedDDP",
+    "Bucket",
+    "make_buckets",
+    "settle_ddp_buckets",
+    "broadcast_parameters",
+    "DDP_KINDS",
+    "TrainSettings",
+    "ddp_worker",
+    "train_single",
+    "wrap",
+    "finish_gradient_sync",
+    "sampler_indices",
+    "rank_loader",
+    "global_loader",
+    "rank_batches",
+    "global_batches",
+    "max_difference",
+]

@@ -30,6 +30,7 @@ so that a resumed run adds gradients in the same order as an uninterrupted one.
 
 Taught in chapter 04 (section 5); ``settle_ddp_buckets`` in chapter 08 (section 3).
 """
+
 from __future__ import annotations
 
 import functools
@@ -51,6 +52,7 @@ class Bucket:
     buffer: ``[sum of numels]`` flat tensor, the parameters' gradients side by side.
     offsets: where each parameter's gradient starts in ``buffer``.
     """
+
     params: list
     names: list
     buffer: torch.Tensor
@@ -65,11 +67,12 @@ class Bucket:
     def view(self, i: int) -> torch.Tensor:
         """The slice of ``buffer`` that holds parameter ``i``'s gradient, shaped like it."""
         p = self.params[i]
-        return self.buffer[self.offsets[i]:self.offsets[i] + p.numel()].view_as(p)
+        return self.buffer[self.offsets[i] : self.offsets[i] + p.numel()].view_as(p)
 
 
-def make_buckets(named_params: list[tuple[str, nn.Parameter]], cap_bytes: int,
-                 first_cap_bytes: int | None = None) -> list[Bucket]:
+def make_buckets(
+    named_params: list[tuple[str, nn.Parameter]], cap_bytes: int, first_cap_bytes: int | None = None
+) -> list[Bucket]:
     """Group parameters, in the order given, into buckets: a bucket takes parameters
     until it holds at least ``cap_bytes`` (``first_cap_bytes`` for the first one),
     torch DDP's rule. A bucket holds parameters of one device and dtype only."""
@@ -88,8 +91,14 @@ def make_buckets(named_params: list[tuple[str, nn.Parameter]], cap_bytes: int,
         for _, p in group:
             offsets.append(offsets[-1] + p.numel())
         first = group[0][1]
-        buckets.append(Bucket([p for _, p in group], [n for n, _ in group],
-                              torch.zeros(offsets[-1], dtype=first.dtype, device=first.device), offsets[:-1]))
+        buckets.append(
+            Bucket(
+                [p for _, p in group],
+                [n for n, _ in group],
+                torch.zeros(offsets[-1], dtype=first.dtype, device=first.device),
+                offsets[:-1],
+            )
+        )
     return buckets
 
 
@@ -100,16 +109,22 @@ class BucketedDDP(NaiveDDP):
     buckets: the ``Bucket`` list, in launch order (rebuilt after the first synced backward).
     """
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, first_bucket_cap_mb: float = 1.0, group=None):
+    def __init__(
+        self, module: nn.Module, bucket_cap_mb: float = 25.0, first_bucket_cap_mb: float = 1.0, group=None
+    ):
         super().__init__(module, group)
         if bucket_cap_mb <= 0 or first_bucket_cap_mb <= 0:
-            raise ValueError(f"bucket sizes must be positive MiB, got {bucket_cap_mb} and {first_bucket_cap_mb}")
+            raise ValueError(
+                f"bucket sizes must be positive MiB, got {bucket_cap_mb} and {first_bucket_cap_mb}"
+            )
         self._caps = int(bucket_cap_mb * 2**20), int(first_bucket_cap_mb * 2**20)
         self._named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
-        self._build_buckets(order=list(range(len(self._named)))[::-1])   # first guess: reverse order
+        self._build_buckets(order=list(range(len(self._named)))[::-1])  # first guess: reverse order
         self.buckets_rebuilt, self._ready_order = False, []
-        self._hooks = [p.register_post_accumulate_grad_hook(functools.partial(self.on_gradient_ready, index))
-                       for index, (_, p) in enumerate(self._named)]
+        self._hooks = [
+            p.register_post_accumulate_grad_hook(functools.partial(self.on_gradient_ready, index))
+            for index, (_, p) in enumerate(self._named)
+        ]
 
     def _build_buckets(self, order: list[int]) -> None:
         self.buckets = make_buckets([self._named[i] for i in order], *self._caps)
@@ -117,9 +132,9 @@ class BucketedDDP(NaiveDDP):
         self._slot = {index_of[id(p)]: (b, i) for b in self.buckets for i, p in enumerate(b.params)}
         self._next_to_launch = 0
 
-    def on_gradient_ready(self, index: int, param: nn.Parameter) -> None:   # runs inside backward
+    def on_gradient_ready(self, index: int, param: nn.Parameter) -> None:  # runs inside backward
         if not self.require_gradient_sync:
-            return                                                          # no_sync: leave .grad local
+            return  # no_sync: leave .grad local
         if not self.buckets_rebuilt:
             self._ready_order.append(index)
         bucket, i = self._slot[index]
@@ -134,7 +149,7 @@ class BucketedDDP(NaiveDDP):
             bucket = self.buckets[self._next_to_launch]
             if bucket.ready < len(bucket.params):
                 return
-            bucket.buffer.div_(self.world_size)                      # average = sum of (grad / W)
+            bucket.buffer.div_(self.world_size)  # average = sum of (grad / W)
             bucket.work = dist.all_reduce(bucket.buffer, group=self.group, async_op=True)
             self.collectives_launched += 1
             self._next_to_launch += 1
@@ -150,9 +165,11 @@ class BucketedDDP(NaiveDDP):
                 bucket.work.wait()
         if unfinished:
             self._reset()
-            raise RuntimeError(f"parameters {unfinished[:5]} got no gradient in this backward (or backward "
-                               "was not called), so their buckets never filled; every rank must give every "
-                               "parameter a gradient (or freeze it with requires_grad_(False))")
+            raise RuntimeError(
+                f"parameters {unfinished[:5]} got no gradient in this backward (or backward "
+                "was not called), so their buckets never filled; every rank must give every "
+                "parameter a gradient (or freeze it with requires_grad_(False))"
+            )
         for bucket in self.buckets:
             for i, p in enumerate(bucket.params):
                 p.grad.copy_(bucket.view(i))
@@ -168,13 +185,16 @@ class BucketedDDP(NaiveDDP):
     def _rebuild_buckets(self) -> None:
         """Rebuild the buckets in the order the gradients arrived (rank 0's order, on every rank)."""
         # on the parameters' device: an NCCL group has no CPU backend
-        order = torch.tensor(self._ready_order, dtype=torch.int64, device=next(self.module.parameters()).device)
+        order = torch.tensor(
+            self._ready_order, dtype=torch.int64, device=next(self.module.parameters()).device
+        )
         dist.broadcast(order, src=self.src, group=self.group)
         self._build_buckets(order.tolist())
         self.buckets_rebuilt = True
 
 
 # --- torch's DDP rebuilds its buckets the same way: settle them before the first step ---------
+
 
 def settle_ddp_buckets(ddp_model, *example_inputs) -> None:
     """One throwaway forward and backward, so that DDP has fixed its gradient buckets.

@@ -7,6 +7,7 @@ time of the busiest process, and the AUC and log loss the model reaches;
 
 Taught in chapter 04 (section 11, single process vs DataParallel vs DDP).
 """
+
 from __future__ import annotations
 
 from torch import nn
@@ -23,12 +24,13 @@ __all__ = ["compare_single_dp_ddp", "plot_comparison"]
 
 
 def _data_parallel(model: nn.Module) -> nn.Module:
-    devs = devices(2, quiet=True)                  # two GPUs when there are, else CPU stand-ins
+    devs = devices(2, quiet=True)  # two GPUs when there are, else CPU stand-ins
     return DataParallelByHand(model.to(devs[0]), devs)
 
 
-def compare_single_dp_ddp(train: ClickLogs, test: ClickLogs, model_config: DLRMConfig, settings: TrainSettings,
-                          timeout: float = 300):
+def compare_single_dp_ddp(
+    train: ClickLogs, test: ClickLogs, model_config: DLRMConfig, settings: TrainSettings, timeout: float = 300
+):
     """Train the same DLRM on the same data, same global batches and steps, four ways (2 workers each):
 
     single process (1 thread) | DataParallel by hand (1 process, 2 threads) |
@@ -43,16 +45,39 @@ def compare_single_dp_ddp(train: ClickLogs, test: ClickLogs, model_config: DLRMC
 
     with one_torch_thread():
         # the same global batches as 2 DDP ranks: DataParallel's 2 replicas get exactly the ranks' rows
-        runs = {"single process": [train_single(train, model_config, settings, 2, test)],
-                "DataParallel (2 threads)": [train_single(train, model_config, settings, 2, test,
-                                                          parallel=_data_parallel, desc="DataParallel")]}
+        runs = {
+            "single process": [train_single(train, model_config, settings, 2, test)],
+            "DataParallel (2 threads)": [
+                train_single(
+                    train, model_config, settings, 2, test, parallel=_data_parallel, desc="DataParallel"
+                )
+            ],
+        }
         for name, kind in (("DDP by hand (2 processes)", "bucketed"), ("torch DDP (2 processes)", "torch")):
-            runs[name] = launch(ddp_worker, kind, train, model_config, settings, test,
-                                world_size=2, timeout=timeout, show_output=False)
-    table = pd.DataFrame({name: {"samples/s": r[0].samples_per_s, "wall s": r[0].seconds,
-                                 "CPU s busiest": max(x.cpu_seconds for x in r), "AUC": r[0].final["auc"],
-                                 "logloss": r[0].final["logloss"], "steps": len(r[0].step_loss)}
-                          for name, r in runs.items()}).T
+            runs[name] = launch(
+                ddp_worker,
+                kind,
+                train,
+                model_config,
+                settings,
+                test,
+                world_size=2,
+                timeout=timeout,
+                show_output=False,
+            )
+    table = pd.DataFrame(
+        {
+            name: {
+                "samples/s": r[0].samples_per_s,
+                "wall s": r[0].seconds,
+                "CPU s busiest": max(x.cpu_seconds for x in r),
+                "AUC": r[0].final["auc"],
+                "logloss": r[0].final["logloss"],
+                "steps": len(r[0].step_loss),
+            }
+            for name, r in runs.items()
+        }
+    ).T
     table["steps"] = table["steps"].astype(int)
     return table
 
@@ -63,10 +88,12 @@ def plot_comparison(table, ax=None):
 
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3), dpi=90)
-    colours = ["#888888", "#d98c3f", "#3f7fd9", "#2a5599"][:len(table)]
+    colours = ["#888888", "#d98c3f", "#3f7fd9", "#2a5599"][: len(table)]
     bars = ax.barh(table.index[::-1], table["samples/s"][::-1], color=colours[::-1])
-    for bar, auc in zip(bars, table["AUC"][::-1]):
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f"  AUC {auc:.3f}", va="center", fontsize=9)
+    for bar, auc in zip(bars, table["AUC"][::-1], strict=False):
+        ax.text(
+            bar.get_width(), bar.get_y() + bar.get_height() / 2, f"  AUC {auc:.3f}", va="center", fontsize=9
+        )
     ax.set_xlabel("training samples / second (higher is better)")
     ax.set_xlim(0, table["samples/s"].max() * 1.35)
     ax.set_title("Same DLRM, same data, same global batch")

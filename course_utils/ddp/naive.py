@@ -15,6 +15,7 @@ The training loop calls ``finish_gradient_sync()`` between ``backward()`` and
 
 Taught in chapter 04 (section 2, DDP by hand, step 1).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,8 +48,10 @@ class NaiveDDP(nn.Module):
     def __init__(self, module: nn.Module, group=None):
         super().__init__()
         if not dist.is_initialized():
-            raise RuntimeError("DDP needs an initialised process group: run inside course_utils.launch(...) "
-                               "or torchrun, or call dist.init_process_group first")
+            raise RuntimeError(
+                "DDP needs an initialised process group: run inside course_utils.launch(...) "
+                "or torchrun, or call dist.init_process_group first"
+            )
         self.module, self.group = module, group
         self.world_size = dist.get_world_size(group)
         self.require_gradient_sync = True
@@ -72,8 +75,10 @@ class NaiveDDP(nn.Module):
         params = [p for p in self.module.parameters() if p.requires_grad]
         missing = [name for name, p in self.module.named_parameters() if p.requires_grad and p.grad is None]
         if missing:
-            raise RuntimeError(f"parameters {missing[:5]} got no gradient in this backward; every rank must "
-                               "give every parameter a gradient (or freeze it with requires_grad_(False))")
+            raise RuntimeError(
+                f"parameters {missing[:5]} got no gradient in this backward; every rank must "
+                "give every parameter a gradient (or freeze it with requires_grad_(False))"
+            )
         return params
 
     @torch.no_grad()
@@ -82,6 +87,6 @@ class NaiveDDP(nn.Module):
         if not self.require_gradient_sync:
             return
         for p in self._parameters_with_gradients():
-            p.grad.div_(self.world_size)          # divide first, then sum: as torch DDP does
+            p.grad.div_(self.world_size)  # divide first, then sum: as torch DDP does
             dist.all_reduce(p.grad, group=self.group)
             self.collectives_launched += 1

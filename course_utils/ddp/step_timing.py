@@ -6,6 +6,7 @@ all-reduce count: what bucketing saves (fewer, overlapped messages) measured.
 
 Taught in chapter 04 (section 5, buckets, timed against naive and torch DDP).
 """
+
 from __future__ import annotations
 
 from ..models import DLRMConfig
@@ -16,12 +17,22 @@ __all__ = ["VARIANTS", "step_times"]
 
 #: DDP variants ``step_times`` can run: name -> (kind, wrap options). "one bucket" holds every
 #: gradient in a single bucket, which can only leave once backward has finished: no overlap.
-VARIANTS = {"naive": ("naive", {}), "bucketed": ("bucketed", {}), "torch": ("torch", {}),
-            "one bucket": ("bucketed", {"bucket_cap_mb": 1024.0, "first_bucket_cap_mb": 1024.0})}
+VARIANTS = {
+    "naive": ("naive", {}),
+    "bucketed": ("bucketed", {}),
+    "torch": ("torch", {}),
+    "one bucket": ("bucketed", {"bucket_cap_mb": 1024.0, "first_bucket_cap_mb": 1024.0}),
+}
 
 
-def step_times(data, model_config: DLRMConfig, settings: TrainSettings, variants=("naive", "bucketed", "torch"),
-               rounds: int = 2, warmup_steps: int = 2) -> dict:
+def step_times(
+    data,
+    model_config: DLRMConfig,
+    settings: TrainSettings,
+    variants=("naive", "bucketed", "torch"),
+    rounds: int = 2,
+    warmup_steps: int = 2,
+) -> dict:
     """On every rank (call through ``launch``): ``rounds`` x each DDP variant, interleaved.
 
     Returns ``{"seconds": {variant: [step seconds after the first warmup_steps of each run]},

@@ -17,6 +17,7 @@ because every rank has the same number of rows.
 
 Taught in chapter 04.
 """
+
 from __future__ import annotations
 
 import copy
@@ -36,9 +37,21 @@ from ..train import History, evaluate, finish_gradient_sync, fit, make_optimizer
 from .bucketed import BucketedDDP
 from .naive import NaiveDDP
 
-__all__ = ["DDP_KINDS", "TrainSettings", "wrap", "rank_device", "finish_gradient_sync", "sampler_indices",
-           "rank_loader", "global_loader", "rank_batches", "global_batches", "ddp_worker", "train_single",
-           "max_difference"]
+__all__ = [
+    "DDP_KINDS",
+    "TrainSettings",
+    "wrap",
+    "rank_device",
+    "finish_gradient_sync",
+    "sampler_indices",
+    "rank_loader",
+    "global_loader",
+    "rank_batches",
+    "global_batches",
+    "ddp_worker",
+    "train_single",
+    "max_difference",
+]
 
 DDP_KINDS = ("naive", "bucketed", "torch")
 
@@ -55,6 +68,7 @@ class TrainSettings:
     in_memory: parquet data only: each rank reads its share once and keeps it, instead of
         streaming its row groups (same batches either way).
     """
+
     global_batch_size: int = 1024
     epochs: int = 1
     max_steps: int | None = None
@@ -71,8 +85,10 @@ class TrainSettings:
         """Rows per rank per step; the global batch must split evenly into ranks and micro-batches."""
         parts = world_size * self.accumulation_steps
         if self.global_batch_size % parts:
-            raise ValueError(f"global_batch_size={self.global_batch_size} does not split into {world_size} "
-                             f"ranks x {self.accumulation_steps} micro-batches; use a multiple of {parts}")
+            raise ValueError(
+                f"global_batch_size={self.global_batch_size} does not split into {world_size} "
+                f"ranks x {self.accumulation_steps} micro-batches; use a multiple of {parts}"
+            )
         return self.global_batch_size // world_size
 
 
@@ -89,16 +105,25 @@ def wrap(model: nn.Module, kind: str, **options) -> nn.Module:
     return makers[kind](model, **options)
 
 
-def global_loader(data: ClickLogs | str | Path, world_size: int, batch_size: int, seed: int = 0,
-                  in_memory: bool = False) -> GlobalBatches:
+def global_loader(
+    data: ClickLogs | str | Path, world_size: int, batch_size: int, seed: int = 0, in_memory: bool = False
+) -> GlobalBatches:
     """What one process trains on to train like ``world_size`` ranks: at each step the ranks'
     batches (``rank_loader``) concatenated in rank order, ``[world_size * batch_size, ...]``."""
-    return GlobalBatches([rank_loader(data, rank, world_size, batch_size, seed, in_memory)
-                          for rank in range(world_size)])
+    return GlobalBatches(
+        [rank_loader(data, rank, world_size, batch_size, seed, in_memory) for rank in range(world_size)]
+    )
 
 
-def rank_batches(data: ClickLogs | str | Path, rank: int, world_size: int, batch_size: int, epoch: int,
-                 seed: int = 0, set_epoch: bool = True) -> list[Batch]:
+def rank_batches(
+    data: ClickLogs | str | Path,
+    rank: int,
+    world_size: int,
+    batch_size: int,
+    epoch: int,
+    seed: int = 0,
+    set_epoch: bool = True,
+) -> list[Batch]:
     """This rank's batches of ``batch_size`` rows for one epoch, all made at once: to look at them.
     Training takes them one at a time from ``rank_loader`` instead.
 
@@ -112,8 +137,9 @@ def rank_batches(data: ClickLogs | str | Path, rank: int, world_size: int, batch
     return list(loader)
 
 
-def global_batches(data, world_size: int, batch_size: int, epoch: int, seed: int = 0,
-                   set_epoch: bool = True) -> list[Batch]:
+def global_batches(
+    data, world_size: int, batch_size: int, epoch: int, seed: int = 0, set_epoch: bool = True
+) -> list[Batch]:
     """The batches of ``global_loader`` for one epoch, all made at once."""
     loader = global_loader(data, world_size, batch_size, seed)
     loader.set_epoch(epoch if set_epoch else 0)
@@ -129,16 +155,32 @@ def _evaluate(model: nn.Module, eval_data: ClickLogs) -> dict:
 def _run(model: nn.Module, loader, settings: TrainSettings, eval_data, device, **options) -> History:
     """``fit`` with ``settings``; the History keeps the final weights (CPU copies) in ``state``."""
     optimizer = make_optimizer(model, settings.optimizer, settings.lr)
-    history = fit(model, loader, optimizer, epochs=settings.epochs, max_steps=settings.max_steps, accumulation_steps=settings.accumulation_steps,
-                  warmup_steps=settings.warmup_steps, set_epoch=settings.set_epoch, device=device,
-                  score=None if eval_data is None else lambda: _evaluate(model, eval_data), **options)
+    history = fit(
+        model,
+        loader,
+        optimizer,
+        epochs=settings.epochs,
+        max_steps=settings.max_steps,
+        accumulation_steps=settings.accumulation_steps,
+        warmup_steps=settings.warmup_steps,
+        set_epoch=settings.set_epoch,
+        device=device,
+        score=None if eval_data is None else lambda: _evaluate(model, eval_data),
+        **options,
+    )
     module = getattr(model, "module", model)
     history.state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
     return history
 
 
-def ddp_worker(kind: str, data, model_config: DLRMConfig, settings: TrainSettings,
-               eval_data: ClickLogs | None = None, **wrap_options) -> History:
+def ddp_worker(
+    kind: str,
+    data,
+    model_config: DLRMConfig,
+    settings: TrainSettings,
+    eval_data: ClickLogs | None = None,
+    **wrap_options,
+) -> History:
     """Train on this rank as part of data parallel training; call it on every rank.
 
     Each rank builds its model with seed ``model_seed + rank`` (as if each process
@@ -150,19 +192,34 @@ def ddp_worker(kind: str, data, model_config: DLRMConfig, settings: TrainSetting
     """
     rank, world_size, device = dist.get_rank(), dist.get_world_size(), rank_device()
     model = wrap(model_config.build(seed=settings.model_seed + rank).to(device), kind, **wrap_options)
-    loader = rank_loader(data, rank, world_size, settings.per_rank_batch(world_size), settings.seed,
-                         settings.in_memory)
+    loader = rank_loader(
+        data, rank, world_size, settings.per_rank_batch(world_size), settings.seed, settings.in_memory
+    )
     dist.barrier()
-    history = _run(model, loader, settings, eval_data if rank == 0 else None, device, distributed=True,
-                   desc=f"rank {rank}")
+    history = _run(
+        model,
+        loader,
+        settings,
+        eval_data if rank == 0 else None,
+        device,
+        distributed=True,
+        desc=f"rank {rank}",
+    )
     history.kind, history.rank = kind, rank
     history.collectives = getattr(model, "collectives_launched", None)
     return history
 
 
-def train_single(data, model_config: DLRMConfig, settings: TrainSettings, world_size: int = 1,
-                 eval_data: ClickLogs | None = None, desc: str = "single process", parallel=None,
-                 device: torch.device | str | None = None) -> History:
+def train_single(
+    data,
+    model_config: DLRMConfig,
+    settings: TrainSettings,
+    world_size: int = 1,
+    eval_data: ClickLogs | None = None,
+    desc: str = "single process",
+    parallel=None,
+    device: torch.device | str | None = None,
+) -> History:
     """Train in this process on the global batches of ``world_size`` ranks (see ``global_loader``).
 
     ``world_size=1`` is plain single-process training. ``parallel``: a function that
@@ -180,8 +237,9 @@ def train_single(data, model_config: DLRMConfig, settings: TrainSettings, world_
     else:
         device = torch.device(device) if device is not None else devices(world_size, quiet=True)[0]
         model = model.to(device)
-    loader = global_loader(data, world_size, settings.per_rank_batch(world_size), settings.seed,
-                           settings.in_memory)
+    loader = global_loader(
+        data, world_size, settings.per_rank_batch(world_size), settings.seed, settings.in_memory
+    )
     return _run(model, loader, settings, eval_data, device, desc=desc, live=True)
 
 

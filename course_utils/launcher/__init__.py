@@ -15,6 +15,7 @@ Modules, in the order a launch uses them:
   streams and signal handlers lent and given back, each rank's output shown grouped by rank;
 * ``errors``: ``LaunchError`` and its kinds, and how the rank to blame is found.
 """
+
 from .api import launch
 from .errors import LaunchError, LaunchTimeoutError, RankFailedError
 from .rank_entry import run_rank

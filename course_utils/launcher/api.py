@@ -19,6 +19,7 @@ as the entry point, and adds what a notebook needs:
 
 Taught in chapter 00 (what ``launch`` does) and chapter 02 (beside ``torchrun``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,7 +28,6 @@ import os
 import pickle
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import uuid
@@ -64,7 +64,8 @@ def _spawn_payload(fn, args: tuple) -> bytes:
             f"failed: {type(exc).__name__}: {exc}. Pass plain arguments (tensors, numbers, strings, "
             "lists, dicts) and let the function build the rest (models, files, locks, process groups) "
             "inside each rank; or restart the kernel and launch before anything touches CUDA "
-            "(then fork is used and nothing is pickled).") from exc
+            "(then fork is used and nothing is pickled)."
+        ) from exc
 
 
 def _start_method(requested: str) -> str:
@@ -86,9 +87,17 @@ def _preload_for_fork() -> None:
     import torch._dynamo  # noqa: F401
 
 
-def launch(fn, *args, world_size: int = 2, backend: str = "auto", timeout: float = 120.0,
-           start_method: str = "auto", init_group: bool = True, threads_per_rank: int = 1,
-           show_output: bool = True) -> list:
+def launch(
+    fn,
+    *args,
+    world_size: int = 2,
+    backend: str = "auto",
+    timeout: float = 120.0,
+    start_method: str = "auto",
+    init_group: bool = True,
+    threads_per_rank: int = 1,
+    show_output: bool = True,
+) -> list:
     """Run ``fn(*args)`` on ``world_size`` ranks; return their results in rank order.
 
     Inside ``fn`` the default process group is initialised (``init_group=False``
@@ -163,13 +172,20 @@ def launch(fn, *args, world_size: int = 2, backend: str = "auto", timeout: float
 def _launch_config(world_size: int, start_method: str, run_dir: Path, timeout: float) -> LaunchConfig:
     """torchrun's settings for one node, as ``torchrun --standalone`` would choose them."""
     settings = dict(
-        min_nodes=1, max_nodes=1, nproc_per_node=world_size, run_id=uuid.uuid4().hex,
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=world_size,
+        run_id=uuid.uuid4().hex,
         # numeric address: no DNS lookups; port 0: a free port every time, so re-runs never clash
-        rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", local_addr="127.0.0.1",
-        rdzv_configs={"timeout": max(int(timeout), 30)}, max_restarts=0, monitor_interval=0.02,
-        start_method=start_method, logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL),
-        shutdown_timeout=5)  # ranks die at once on SIGTERM anyway; newer torch only
+        rdzv_backend="c10d",
+        rdzv_endpoint="127.0.0.1:0",
+        local_addr="127.0.0.1",
+        rdzv_configs={"timeout": max(int(timeout), 30)},
+        max_restarts=0,
+        monitor_interval=0.02,
+        start_method=start_method,
+        logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL),
+        shutdown_timeout=5,
+    )  # ranks die at once on SIGTERM anyway; newer torch only
     known = {f.name for f in dataclasses.fields(LaunchConfig)}
     return LaunchConfig(**{k: v for k, v in settings.items() if k in known})
-
-

@@ -7,6 +7,7 @@ stops every rank that is still running.
 
 Taught in chapter 00 (its errors, in "When a rank fails").
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,8 +30,9 @@ class RankFailedError(LaunchError):
 
     def __init__(self, rank: int, exc_type: str, message: str, traceback: str):
         self.rank, self.exc_type, self.message, self.traceback = rank, exc_type, message, traceback
-        super().__init__(f"rank {rank} failed with {exc_type}: {message}\n\n"
-                         f"--- rank {rank} ---\n{traceback}".rstrip())
+        super().__init__(
+            f"rank {rank} failed with {exc_type}: {message}\n\n--- rank {rank} ---\n{traceback}".rstrip()
+        )
 
 
 class LaunchTimeoutError(LaunchError, TimeoutError):
@@ -42,7 +44,8 @@ class LaunchTimeoutError(LaunchError, TimeoutError):
         super().__init__(
             f"rank(s) {unfinished} did not finish within {timeout:g} s "
             f"(finished: {finished or 'none'}); they were stopped. A common cause is a rank "
-            "that skips a collective the others wait in; if they were only slow, pass a larger timeout=.")
+            "that skips a collective the others wait in; if they were only slow, pass a larger timeout=."
+        )
 
 
 def stop_unfinished(run_dir: Path, world_size: int, before: set) -> None:
@@ -60,11 +63,18 @@ def stop_unfinished(run_dir: Path, world_size: int, before: set) -> None:
             child.kill()
 
 
-_LOST_PEER = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
-              "remote process exited", "communicator was aborted")
+_LOST_PEER = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "remote process exited",
+    "communicator was aborted",
+)
 
 
-def diagnose_failure(exc: ChildFailedError, run_dir: Path, world_size: int, engine_log: list[str]) -> LaunchError:
+def diagnose_failure(
+    exc: ChildFailedError, run_dir: Path, world_size: int, engine_log: list[str]
+) -> LaunchError:
     """Turn the agent's ChildFailedError into a RankFailedError about the rank that failed first.
 
     A rank that dies without a Python exception (SIGKILL, a crash in native code)
@@ -88,18 +98,29 @@ def diagnose_failure(exc: ChildFailedError, run_dir: Path, world_size: int, engi
         return RankFailedError(rank, *raised[rank])
     if not silent:  # every function returned; a process failed afterwards, sending its result back
         return RankFailedError(
-            reported_rank, "ResultNotSent",
+            reported_rank,
+            "ResultNotSent",
             f"rank {reported_rank}'s function returned, but its process exited with code {failure.exitcode} "
             "while sending the result back to the launcher, usually because the result cannot be pickled: "
             "return tensors (on the CPU), numbers, strings, lists or dicts of them, not locks, generators, "
             "modules holding process groups or open files",
-            "(the launcher reported:)\n" + "\n".join(notes[-10:]))
+            "(the launcher reported:)\n" + "\n".join(notes[-10:]),
+        )
     rank = reported_rank if reported_rank in silent else silent[0]
     code = failure.exitcode if rank == reported_rank else None
-    how = ("was killed by a signal or crashed" if code is None
-           else f"was killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}")
+    how = (
+        "was killed by a signal or crashed"
+        if code is None
+        else f"was killed by signal {signal.Signals(-code).name}"
+        if code < 0
+        else f"exited with code {code}"
+    )
     message = f"the process {how} without a Python exception"
     if raised:
         message += f"; rank(s) {sorted(raised)} then lost their connection to it"
-    return RankFailedError(rank, "ProcessExit", message,
-                           "(no Python traceback; the launcher reported:)\n" + "\n".join(notes[-10:]))
+    return RankFailedError(
+        rank,
+        "ProcessExit",
+        message,
+        "(no Python traceback; the launcher reported:)\n" + "\n".join(notes[-10:]),
+    )

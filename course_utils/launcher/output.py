@@ -6,6 +6,7 @@ back, and print what each rank wrote, grouped by rank.
 
 Taught in chapter 00 (each rank's prints shown grouped by rank, after the run).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,7 +25,9 @@ _ENGINE_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher", "t
 #   "[rank0]:[W1122 ...]" (older torch: "[W socket.cpp:12] ...");
 # * gloo's connection report (torch 2.9; gone in 2.13):
 #   "[Gloo] Rank 0 is connected to 2 peer ranks. Expected number of connected peer ranks is : 2".
-_ENGINE_LINE = re.compile(r"(\[rank\d+\]:)?\[[WIEF](\d{4} |\s)|\[Gloo\] Rank \d+ is connected to \d+ peer ranks")
+_ENGINE_LINE = re.compile(
+    r"(\[rank\d+\]:)?\[[WIEF](\d{4} |\s)|\[Gloo\] Rank \d+ is connected to \d+ peer ranks"
+)
 
 
 class EngineLog(logging.Handler):
@@ -93,7 +96,8 @@ def real_stdio():
     with contextlib.ExitStack() as stack:
         sys.stdout, sys.stderr = (
             std if _has_fileno(std) else stack.enter_context(open(os.devnull, "w"))
-            for std in (sys.__stdout__, sys.__stderr__))
+            for std in (sys.__stdout__, sys.__stderr__)
+        )
         try:
             yield
         finally:

@@ -10,6 +10,7 @@ leaves small marker files in ``run_dir`` that the parent reads:
 
 Taught in chapter 00 (``run_rank`` is shown in "What `launch` does").
 """
+
 from __future__ import annotations
 
 import gc
@@ -78,7 +79,8 @@ def _select_gpu(torch, local_rank: int) -> None:
             "this rank was forked from a process that had already initialised CUDA without torch "
             "knowing (torch.cuda.is_available() does so unless PYTORCH_NVML_BASED_CUDA_CHECK=1 was set "
             "first; importing course_utils sets it), and a forked child cannot use CUDA. Pass "
-            "start_method='spawn' to launch, or restart the kernel and import course_utils first.") from exc
+            "start_method='spawn' to launch, or restart the kernel and import course_utils first."
+        ) from exc
 
 
 def run_rank(payload, spec: RankSpec) -> bytes:
@@ -113,11 +115,15 @@ def run_rank(payload, spec: RankSpec) -> bytes:
     try:
         fn, args = pickle.loads(payload) if isinstance(payload, bytes) else payload
         if spec.init_group:
-            dist.init_process_group(group_backend(spec.backend), timeout=timedelta(seconds=spec.group_timeout_s))
+            dist.init_process_group(
+                group_backend(spec.backend), timeout=timedelta(seconds=spec.group_timeout_s)
+            )
         result = fn(*args)
         sent = result_bytes(result)
     except BaseException as exc:
-        _write(marker(spec.run_dir, rank, "error"), f"{type(exc).__name__}\n{exc}\n\x00{_user_traceback(exc)}")
+        _write(
+            marker(spec.run_dir, rank, "error"), f"{type(exc).__name__}\n{exc}\n\x00{_user_traceback(exc)}"
+        )
         raise
     finally:
         sys.stdout.flush()
@@ -161,7 +167,8 @@ def result_bytes(result) -> bytes:
         raise ResultNotSent(
             "the function returned, but its result cannot be pickled to be sent back to the launcher "
             f"({type(exc).__name__}: {exc}): return tensors, numbers, strings, lists or dicts of them, "
-            "not locks, generators, modules holding process groups or open files") from exc
+            "not locks, generators, modules holding process groups or open files"
+        ) from exc
     return buffer.getvalue()
 
 

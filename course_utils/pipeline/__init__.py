@@ -17,19 +17,64 @@ steps measured), ``torch_pipelining`` (the same through torch.distributed.pipeli
 
 Taught in chapter 06.
 """
+
 from .lowering import Op, check_lowered, lower
-from .runs import MeasuredRun, PipelineRun, run_schedule, run_schedules
 from .mlp import MLPConfig, reference_step
-from .schedules import (SCHEDULE_KINDS, SCHEDULES, Action, Schedule, ScheduleKind, gpipe, interleaved_1f1b,
-                        one_f_one_b, run_in_order, validate, zero_bubble_h1)
-from .simulate import (Costs, expected_bubble_fraction, gpipe_bubble_fraction, interleaved_bubble_ratio,
-                       measured_costs, simulate, zb_h1_bubble_time)
+from .runs import MeasuredRun, PipelineRun, run_schedule, run_schedules
+from .schedules import (
+    SCHEDULE_KINDS,
+    SCHEDULES,
+    Action,
+    Schedule,
+    ScheduleKind,
+    gpipe,
+    interleaved_1f1b,
+    one_f_one_b,
+    run_in_order,
+    validate,
+    zero_bubble_h1,
+)
+from .simulate import (
+    Costs,
+    expected_bubble_fraction,
+    gpipe_bubble_fraction,
+    interleaved_bubble_ratio,
+    measured_costs,
+    simulate,
+    zb_h1_bubble_time,
+)
 from .timeline import Event, Timeline
 from .trace import chrome_trace
 
-__all__ = ["Action", "Schedule", "ScheduleKind", "SCHEDULE_KINDS", "gpipe", "one_f_one_b",
-           "interleaved_1f1b", "zero_bubble_h1", "SCHEDULES", "validate", "run_in_order", "Op", "lower",
-           "check_lowered", "Event", "Timeline", "Costs", "simulate", "expected_bubble_fraction",
-           "gpipe_bubble_fraction", "interleaved_bubble_ratio", "zb_h1_bubble_time", "measured_costs",
-           "MLPConfig", "reference_step", "MeasuredRun", "PipelineRun", "run_schedule", "run_schedules",
-           "chrome_trace"]
+__all__ = [
+    "Action",
+    "Schedule",
+    "ScheduleKind",
+    "SCHEDULE_KINDS",
+    "gpipe",
+    "one_f_one_b",
+    "interleaved_1f1b",
+    "zero_bubble_h1",
+    "SCHEDULES",
+    "validate",
+    "run_in_order",
+    "Op",
+    "lower",
+    "check_lowered",
+    "Event",
+    "Timeline",
+    "Costs",
+    "simulate",
+    "expected_bubble_fraction",
+    "gpipe_bubble_fraction",
+    "interleaved_bubble_ratio",
+    "zb_h1_bubble_time",
+    "measured_costs",
+    "MLPConfig",
+    "reference_step",
+    "MeasuredRun",
+    "PipelineRun",
+    "run_schedule",
+    "run_schedules",
+    "chrome_trace",
+]

@@ -39,6 +39,7 @@ process) is chosen by ``launch`` when there are enough GPUs.
 
 Taught in chapter 06 (section 9, on real processes).
 """
+
 from __future__ import annotations
 
 import time
@@ -69,8 +70,10 @@ class StageWorker:
             in_linears = {id(p) for lin in self.linears for p in lin.parameters()}
             others = [n for n, p in module.named_parameters() if id(p) not in in_linears]
             if others:
-                raise ValueError(f"a split backward (B, W) is written here for nn.Linear layers only; "
-                                 f"stage {stage} also has parameters {others[:3]}")
+                raise ValueError(
+                    f"a split backward (B, W) is written here for nn.Linear layers only; "
+                    f"stage {stage} also has parameters {others[:3]}"
+                )
         self.split_backward = split_backward
         self.saved: dict = {}
         self.losses: list[float] = []
@@ -80,8 +83,14 @@ class StageWorker:
         if not self.is_first:
             x.requires_grad_(True)
         records = []
-        hooks = [lin.register_forward_hook(lambda mod, inp, out: records.append((mod, inp[0], out)))
-                 for lin in self.linears] if self.split_backward else []
+        hooks = (
+            [
+                lin.register_forward_hook(lambda mod, inp, out: records.append((mod, inp[0], out)))
+                for lin in self.linears
+            ]
+            if self.split_backward
+            else []
+        )
         out = self.module(x)
         for h in hooks:
             h.remove()
@@ -102,7 +111,7 @@ class StageWorker:
         wanted = ([] if self.is_first else [x]) + [h for _, _, h in records]
         grads = torch.autograd.grad(root, wanted, grad)
         grad_x, grad_h = (None, grads) if self.is_first else (grads[0], grads[1:])
-        self.saved[j] = [(lin, a.detach(), g) for (lin, a, _), g in zip(records, grad_h)]
+        self.saved[j] = [(lin, a.detach(), g) for (lin, a, _), g in zip(records, grad_h, strict=False)]
         return grad_x
 
     def weight(self, j: int) -> None:
@@ -130,7 +139,7 @@ def action_steps(schedule: Schedule) -> dict[Action, int]:
     device is free and its inputs are ready. Every process computes the same numbers."""
     s = schedule
     step, device_free = {}, [0] * s.p
-    for d, a in execution_order(s)[0]:                 # each action after its dependencies
+    for d, a in execution_order(s)[0]:  # each action after its dependencies
         inputs = [step[dep] for dep in dependencies(a, s.num_stages, s.split_backward)]
         step[a] = device_free[d] = 1 + max([device_free[d]] + inputs)
     return step
@@ -166,12 +175,18 @@ def post(messages: list, inbox: dict, outbox: dict, schedule: Schedule, shape, d
             inbox[op.action] = tensor = torch.empty(shape, device=device)
         else:
             tensor = outbox.pop(op.action)
-        p2p.append(dist.P2POp(dist.isend if op.kind == "send" else dist.irecv, tensor, op.peer,
-                              tag=_tag(op.action, schedule)))
+        p2p.append(
+            dist.P2POp(
+                dist.isend if op.kind == "send" else dist.irecv,
+                tensor,
+                op.peer,
+                tag=_tag(op.action, schedule),
+            )
+        )
     works = dist.batch_isend_irecv(p2p)
-    if len(works) != len(p2p):                         # NCCL: one work for the whole batch
+    if len(works) != len(p2p):  # NCCL: one work for the whole batch
         works = works * len(p2p)
-    return list(zip(messages, works, [p.tensor for p in p2p]))
+    return list(zip(messages, works, [p.tensor for p in p2p], strict=False))
 
 
 def run_step(program: list, workers: dict, schedule: Schedule, data: tuple, device: torch.device) -> tuple:
@@ -186,27 +201,29 @@ def run_step(program: list, workers: dict, schedule: Schedule, data: tuple, devi
     inbox, outbox, arriving, sending, spans = {}, {}, {}, [], []
     plan = batches(program, s)
     t0 = time.perf_counter()
-    origin = CudaSpan(device).start()                  # time zero of this step's timeline
+    origin = CudaSpan(device).start()  # time zero of this step's timeline
     for item in plan:
-        if isinstance(item, list):                     # messages: post them together, move on
+        if isinstance(item, list):  # messages: post them together, move on
             for op, work, tensor in post(item, inbox, outbox, s, ys[0].shape, device):
                 if op.kind == "recv":
                     arriving[op.action] = work
                 else:
-                    sending.append((work, tensor))     # the tensor lives until its send is done
+                    sending.append((work, tensor))  # the tensor lives until its send is done
             continue
         a = item.action
-        source = {"F": Action("F", a.stage - 1, a.microbatch),
-                  "B": Action("B", a.stage + 1, a.microbatch)}.get(a.kind)
-        if source in arriving:                         # wait for the tensor this compute needs
+        source = {
+            "F": Action("F", a.stage - 1, a.microbatch),
+            "B": Action("B", a.stage + 1, a.microbatch),
+        }.get(a.kind)
+        if source in arriving:  # wait for the tensor this compute needs
             arriving.pop(source).wait()
         first_f, last_f = a.kind == "F" and a.stage == 0, a.kind == "F" and a.stage == s.num_stages - 1
         received = xs[a.microbatch].to(device) if first_f else inbox.pop(source, None)
-        span = CudaSpan(device, origin).start()       # on a GPU: events on the compute stream,
+        span = CudaSpan(device, origin).start()  # on a GPU: events on the compute stream,
         out = workers[a.stage].run(a, received, ys[a.microbatch].to(device) if last_f else None)
-        spans.append((a, span.end()))                  # so waiting for a message is not billed to it
+        spans.append((a, span.end()))  # so waiting for a message is not billed to it
         nxt = consumer_stage(a)
-        if out is not None and 0 <= nxt < s.num_stages:   # to the next stage: here, or via a send op
+        if out is not None and 0 <= nxt < s.num_stages:  # to the next stage: here, or via a send op
             (inbox if s.device_of(nxt) == rank else outbox)[a] = out.detach()
     for work, _ in sending:
         work.wait()
@@ -221,8 +238,10 @@ class ScheduleRunner:
     def __init__(self, schedule: Schedule, config: MLPConfig, device: torch.device):
         s, rank = schedule, dist.get_rank()
         modules = config.stages(s.num_stages)
-        self.workers = {n: StageWorker(modules[n].to(device), n, s.num_stages, s.m, s.split_backward)
-                        for n in range(rank, s.num_stages, s.p)}
+        self.workers = {
+            n: StageWorker(modules[n].to(device), n, s.num_stages, s.m, s.split_backward)
+            for n in range(rank, s.num_stages, s.p)
+        }
         self.schedule, self.device, self.steps = s, device, []
         self.data, self.program = config.microbatches(s.m), lower(s)[rank]
 
@@ -230,13 +249,16 @@ class ScheduleRunner:
         for w in self.workers.values():
             w.module.zero_grad(set_to_none=True)
             w.losses.clear()
-        dist.barrier()                                 # all ranks start the step together
+        dist.barrier()  # all ranks start the step together
         self.steps.append(run_step(self.program, self.workers, self.schedule, self.data, self.device))
 
     def result(self) -> dict:
         """Per step its wall time (ms) and its [(action, start ms, end ms)]; the last stage's
         micro-batch losses (each a share of the mean); the gradients by name."""
         workers = self.workers.values()
-        return {"times": [ms for _, ms in self.steps], "events": [events for events, _ in self.steps],
-                "losses": [loss for w in workers for loss in w.losses],
-                "grads": {name: p.grad.cpu() for w in workers for name, p in w.module.named_parameters()}}
+        return {
+            "times": [ms for _, ms in self.steps],
+            "events": [events for events, _ in self.steps],
+            "losses": [loss for w in workers for loss in w.losses],
+            "grads": {name: p.grad.cpu() for w in workers for name, p in w.module.named_parameters()},
+        }

@@ -17,6 +17,7 @@ Whether that program finishes depends on how a send behaves:
 
 Taught in chapter 06 (section 8, from a schedule to messages).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -27,6 +28,7 @@ from .schedules import Action, Schedule, dependencies
 class Op(NamedTuple):
     """``kind`` "recv", "compute" or "send"; ``action``: the computed action, or for a
     message the action that produced it; ``peer``: the device it comes from or goes to."""
+
     kind: str
     action: Action
     peer: int = -1
@@ -64,7 +66,7 @@ def check_lowered(program: list[list[Op]], blocking_sends: bool = False) -> list
     """Execute ``program`` symbolically; return [] if every device finishes, else each
     stuck device and the operation it is stuck at (a deadlock)."""
     position = [0] * len(program)
-    sent: set[tuple[Action, int]] = set()        # (message, receiving device), for non-blocking sends
+    sent: set[tuple[Action, int]] = set()  # (message, receiving device), for non-blocking sends
 
     def current(d):
         return program[d][position[d]] if position[d] < len(program[d]) else None
@@ -80,7 +82,7 @@ def check_lowered(program: list[list[Op]], blocking_sends: bool = False) -> list
                 elif op.kind == "send" and not blocking_sends:
                     sent.add((op.action, op.peer))
                     position[d] += 1
-                elif op.kind == "send":       # rendezvous: both sides advance together
+                elif op.kind == "send":  # rendezvous: both sides advance together
                     if current(op.peer) != Op("recv", op.action, d):
                         break
                     position[d] += 1

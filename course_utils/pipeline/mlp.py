@@ -9,6 +9,7 @@ pipeline's gradients must equal the unpipelined model's.
 
 Taught in chapter 06 (section 9, on real processes).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from ..model_parallel import partition_sequential
 @dataclass(frozen=True)
 class MLPConfig:
     """``layers`` blocks Linear(width, width)+ReLU, trained on ``batch`` rows; ``seed`` fixes all."""
+
     width: int = 256
     layers: int = 4
     batch: int = 256
@@ -31,26 +33,33 @@ class MLPConfig:
         """The whole model, the same on every process (weights from ``seed``)."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            return nn.Sequential(*[nn.Sequential(nn.Linear(self.width, self.width), nn.ReLU())
-                                   for _ in range(self.layers)])
+            return nn.Sequential(
+                *[nn.Sequential(nn.Linear(self.width, self.width), nn.ReLU()) for _ in range(self.layers)]
+            )
 
     def data(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs and targets, both ``[batch, width]`` float32."""
         gen = torch.Generator().manual_seed(self.seed + 1)
-        return torch.randn(self.batch, self.width, generator=gen), torch.rand(self.batch, self.width, generator=gen)
+        return torch.randn(self.batch, self.width, generator=gen), torch.rand(
+            self.batch, self.width, generator=gen
+        )
 
     def stages(self, num_stages: int) -> list[nn.Sequential]:
         """The model cut into ``num_stages`` equal stages (layer names kept)."""
         if self.layers % num_stages:
-            raise ValueError(f"{self.layers} layers cannot be cut into {num_stages} equal stages "
-                             f"(p x v = {num_stages}): choose layers as a multiple of {num_stages}")
+            raise ValueError(
+                f"{self.layers} layers cannot be cut into {num_stages} equal stages "
+                f"(p x v = {num_stages}): choose layers as a multiple of {num_stages}"
+            )
         return partition_sequential(self.build(), num_stages)
 
     def microbatches(self, m: int) -> tuple[tuple, tuple]:
         """The data cut into ``m`` equal micro-batches of ``[batch / m, width]``."""
         if self.batch % m:
-            raise ValueError(f"batch {self.batch} cannot be cut into {m} equal micro-batches: "
-                             f"choose m dividing {self.batch}")
+            raise ValueError(
+                f"batch {self.batch} cannot be cut into {m} equal micro-batches: "
+                f"choose m dividing {self.batch}"
+            )
         x, y = self.data()
         return x.chunk(m), y.chunk(m)
 

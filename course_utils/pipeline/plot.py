@@ -8,6 +8,7 @@ holds over time. (The bubble-fraction sweep is ``simulate.plot_bubble_sweep``.)
 
 Taught in chapter 06.
 """
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -26,7 +27,9 @@ def _colour(kind: str, chunk: int, chunks: int):
     return tuple(c + (1 - c) * mix for c in to_rgb(COLORS[kind]))
 
 
-def draw_gantt(timeline, ax, title: str | None = None, xmax: float | None = None, labels: bool = True) -> None:
+def draw_gantt(
+    timeline, ax, title: str | None = None, xmax: float | None = None, labels: bool = True
+) -> None:
     """Draw ``timeline`` as a Gantt chart on ``ax``: one row per device, device 0 on top;
     ``labels``: write F(n,m) (or m) in the bars where it fits."""
     t0, span = timeline.start, timeline.makespan
@@ -37,24 +40,53 @@ def draw_gantt(timeline, ax, title: str | None = None, xmax: float | None = None
     fig = ax.figure
     points_per_unit = ax.get_position().width * fig.get_figwidth() * 72 / (xmax * 1.09)
     for d in range(p):
-        ax.barh(d, span, left=0, height=0.8, color="#e4e4e4", linewidth=0)      # idle unless covered
-        ax.text(span + xmax * 0.01, d, f"idle\n{timeline.idle(d) / span:.0%}", va="center", fontsize=7, color="#555")
+        ax.barh(d, span, left=0, height=0.8, color="#e4e4e4", linewidth=0)  # idle unless covered
+        ax.text(
+            span + xmax * 0.01,
+            d,
+            f"idle\n{timeline.idle(d) / span:.0%}",
+            va="center",
+            fontsize=7,
+            color="#555",
+        )
     for e in timeline.events:
         a = e.action
         colour = _colour(a.kind, a.stage // p, v)
-        ax.barh(e.device, e.duration, left=e.start - t0, height=0.8, color=colour, edgecolor="white", linewidth=0.6)
+        ax.barh(
+            e.device,
+            e.duration,
+            left=e.start - t0,
+            height=0.8,
+            color=colour,
+            edgecolor="white",
+            linewidth=0.6,
+        )
         width_pts = e.duration * points_per_unit
         for label in (str(a), str(a.microbatch)) if labels else ():
             if width_pts > 4.3 * len(label) + 2:
-                ax.text(e.start - t0 + e.duration / 2, e.device, label, ha="center", va="center", fontsize=7,
-                        color="white" if a.stage // p == 0 else "black")
+                ax.text(
+                    e.start - t0 + e.duration / 2,
+                    e.device,
+                    label,
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if a.stage // p == 0 else "black",
+                )
                 break
     kinds = sorted({e.action.kind for e in timeline.events}, key="FBW".index)
-    ax.legend(handles=[Patch(color=COLORS[k], label=LEGEND[k]) for k in kinds], fontsize=7, frameon=False,
-              loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.legend(
+        handles=[Patch(color=COLORS[k], label=LEGEND[k]) for k in kinds],
+        fontsize=7,
+        frameon=False,
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+    )
     ax.set_yticks(range(p), [f"device {d}" for d in range(p)], fontsize=8)
     ax.tick_params(axis="x", labelsize=8)
-    ax.set_title(title or f"{timeline.name}: bubble {timeline.bubble_fraction:.1%} of device time", fontsize=9)
+    ax.set_title(
+        title or f"{timeline.name}: bubble {timeline.bubble_fraction:.1%} of device time", fontsize=9
+    )
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
 
@@ -64,9 +96,14 @@ def draw_activations(timeline, ax, xmax: float | None = None) -> None:
     t0 = timeline.start
     for d, peak in enumerate(timeline.peak_activations()):
         steps = timeline.live_activations(d) + [(t0 + timeline.makespan, 0)]
-        offset = 0.06 * (d - (timeline.num_devices - 1) / 2)     # keeps equal curves apart
-        ax.step([t - t0 for t, _ in steps], [c + offset for _, c in steps], where="post", lw=1.3,
-                label=f"device {d} (peak {peak})")
+        offset = 0.06 * (d - (timeline.num_devices - 1) / 2)  # keeps equal curves apart
+        ax.step(
+            [t - t0 for t, _ in steps],
+            [c + offset for _, c in steps],
+            where="post",
+            lw=1.3,
+            label=f"device {d} (peak {peak})",
+        )
     ax.set_xlim(0, (xmax or timeline.makespan) * 1.09)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("live\nactivations", fontsize=8)
@@ -84,8 +121,16 @@ def plot_timeline(timeline, ax=None, activations: bool = True, title: str | None
         return ax.figure
     p = timeline.num_devices
     rows = [0.42 * p + 0.5] + ([1.3] if activations else [])
-    fig, axes = plt.subplots(len(rows), 1, figsize=(9, sum(rows) + 0.5), dpi=DPI, sharex=True,
-                             gridspec_kw={"height_ratios": rows}, squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        len(rows),
+        1,
+        figsize=(9, sum(rows) + 0.5),
+        dpi=DPI,
+        sharex=True,
+        gridspec_kw={"height_ratios": rows},
+        squeeze=False,
+        layout="constrained",
+    )
     draw_gantt(timeline, axes[0, 0], title)
     if activations:
         draw_activations(timeline, axes[1, 0])
@@ -100,8 +145,15 @@ def plot_timelines(timelines, activations: bool = False, labels: bool = True):
     rows = []
     for t in timelines:
         rows += [0.38 * t.num_devices + 0.45] + ([1.0] if activations else [])
-    fig, axes = plt.subplots(len(rows), 1, figsize=(9, sum(rows) + 0.3 * len(timelines)), dpi=DPI,
-                             gridspec_kw={"height_ratios": rows}, squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        len(rows),
+        1,
+        figsize=(9, sum(rows) + 0.3 * len(timelines)),
+        dpi=DPI,
+        gridspec_kw={"height_ratios": rows},
+        squeeze=False,
+        layout="constrained",
+    )
     axes = iter(axes[:, 0])
     for t in timelines:
         draw_gantt(t, next(axes), xmax=xmax, labels=labels)

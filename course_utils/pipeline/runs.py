@@ -8,6 +8,7 @@ processes, a step of each in turn, so that they are compared on the same machine
 
 Taught in chapter 06 (section 9, on real processes).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -22,8 +23,16 @@ from .mlp import MLPConfig
 from .schedules import Schedule, validate
 from .timeline import Event, Timeline
 
-__all__ = ["alternate", "pipeline_rank", "MeasuredRun", "PipelineRun", "check_runnable", "collect", "run_schedules",
-           "run_schedule"]
+__all__ = [
+    "alternate",
+    "pipeline_rank",
+    "MeasuredRun",
+    "PipelineRun",
+    "check_runnable",
+    "collect",
+    "run_schedules",
+    "run_schedule",
+]
 
 
 def alternate(runners: list, steps: int) -> list[dict]:
@@ -44,6 +53,7 @@ def pipeline_rank(schedules: list, config: MLPConfig, steps: int) -> list[dict]:
 @dataclass
 class MeasuredRun:
     """Wall times of the measured steps (ms, slowest rank), the loss, every gradient by name."""
+
     step_times_ms: list
     loss: float
     grads: dict = field(repr=False)
@@ -57,6 +67,7 @@ class MeasuredRun:
 @dataclass
 class PipelineRun(MeasuredRun):
     """A measured run of the executor, with each step's ``Timeline`` (ms)."""
+
     timelines: list = field(default_factory=list, repr=False)
 
     @property
@@ -92,15 +103,26 @@ def collect(results: list[dict], warmup: int, schedule: Schedule | None = None) 
     grads = {name: g for r in results for name, g in r["grads"].items()}
     if schedule is None:
         return MeasuredRun(times, loss, grads)
-    timelines = [Timeline(tuple(Event(rank, a, start, end) for rank, r in enumerate(results)
-                                for a, start, end in r["events"][k]),
-                          schedule.p, name=f"{schedule.name} (measured)", unit="ms", meta={"v": schedule.v})
-                 for k in steps]
+    timelines = [
+        Timeline(
+            tuple(
+                Event(rank, a, start, end)
+                for rank, r in enumerate(results)
+                for a, start, end in r["events"][k]
+            ),
+            schedule.p,
+            name=f"{schedule.name} (measured)",
+            unit="ms",
+            meta={"v": schedule.v},
+        )
+        for k in steps
+    ]
     return PipelineRun(times, loss, grads, timelines)
 
 
-def run_schedules(schedules: list, config: MLPConfig = MLPConfig(), steps: int = 3, warmup: int = 1,
-                  timeout: float = 120.0) -> list[PipelineRun]:
+def run_schedules(
+    schedules: list, config: MLPConfig = MLPConfig(), steps: int = 3, warmup: int = 1, timeout: float = 120.0
+) -> list[PipelineRun]:
     """Run several schedules for the same ``p`` on the same processes, a step of each in
     turn (a fair comparison on a shared machine): ``warmup`` untimed steps, then ``steps``
     measured ones each (the same batch, no optimizer step, so every step computes the same)."""
@@ -108,12 +130,24 @@ def run_schedules(schedules: list, config: MLPConfig = MLPConfig(), steps: int =
         raise ValueError(f"schedules run together need the same p, got {[s.p for s in schedules]}")
     for s in schedules:
         check_runnable(s, config, steps, warmup)
-    results = launch(pipeline_rank, schedules, config, warmup + steps, world_size=schedules[0].p,
-                     timeout=timeout, show_output=False)
+    results = launch(
+        pipeline_rank,
+        schedules,
+        config,
+        warmup + steps,
+        world_size=schedules[0].p,
+        timeout=timeout,
+        show_output=False,
+    )
     return [collect([r[i] for r in results], warmup, s) for i, s in enumerate(schedules)]
 
 
-def run_schedule(schedule: Schedule, config: MLPConfig = MLPConfig(), steps: int = 3, warmup: int = 1,
-                 timeout: float = 120.0) -> PipelineRun:
+def run_schedule(
+    schedule: Schedule,
+    config: MLPConfig = MLPConfig(),
+    steps: int = 3,
+    warmup: int = 1,
+    timeout: float = 120.0,
+) -> PipelineRun:
     """Run ``schedule`` on ``schedule.p`` processes (see ``run_schedules``)."""
     return run_schedules([schedule], config, steps, warmup, timeout)[0]

@@ -23,11 +23,13 @@ after B(n,m)) without any device waiting forever.
 
 Taught in chapter 06 (sections 2 to 6, the schedules).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from ..checks import check_whole
 
@@ -37,6 +39,7 @@ ACTION_KINDS = ("F", "B", "W")
 class ScheduleKind(str, Enum):
     """Which schedule: equal to its string value (``ScheduleKind("1f1b") == "1f1b"``), so
     either may be passed where a kind is expected. ``title`` is its display name."""
+
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED_1F1B = "interleaved_1f1b"
@@ -52,6 +55,7 @@ class ScheduleKind(str, Enum):
 
 class Action(NamedTuple):
     """One unit of work: ``kind`` F, B or W, on ``stage`` n, for ``microbatch`` m."""
+
     kind: str
     stage: int
     microbatch: int
@@ -70,6 +74,7 @@ class Schedule:
     ``split_backward``: B is the input gradient only and a separate W computes the weight gradient.
     ``kind``: a ``ScheduleKind`` or its string value; ``name``: its display name, e.g. "1F1B".
     """
+
     kind: ScheduleKind
     p: int
     m: int
@@ -93,8 +98,9 @@ class Schedule:
 
     def __str__(self) -> str:
         head = f"{self.name}: p={self.p} devices, m={self.m} micro-batches, {self.num_stages} stages"
-        return "\n".join([head] + [f"  device {d}: " + " ".join(map(str, acts))
-                                   for d, acts in enumerate(self.devices)])
+        return "\n".join(
+            [head] + [f"  device {d}: " + " ".join(map(str, acts)) for d, acts in enumerate(self.devices)]
+        )
 
 
 def _check_enough_microbatches(schedule: str, p: int, m: int) -> None:
@@ -102,7 +108,8 @@ def _check_enough_microbatches(schedule: str, p: int, m: int) -> None:
         raise ValueError(
             f"{schedule} needs at least as many micro-batches as devices (m >= p), got m={m}, p={p}: "
             f"with fewer, no device reaches the one-forward-one-backward phase. "
-            f"Use m >= {p}, or gpipe({p}, {m}).")
+            f"Use m >= {p}, or gpipe({p}, {m})."
+        )
 
 
 def gpipe(p: int, m: int) -> Schedule:
@@ -112,8 +119,9 @@ def gpipe(p: int, m: int) -> Schedule:
     """
     check_whole("p", p)
     check_whole("m", m)
-    devices = tuple(tuple([Action("F", d, j) for j in range(m)] + [Action("B", d, j) for j in range(m)])
-                    for d in range(p))
+    devices = tuple(
+        tuple([Action("F", d, j) for j in range(m)] + [Action("B", d, j) for j in range(m)]) for d in range(p)
+    )
     return Schedule(ScheduleKind.GPIPE, p, m, 1, devices)
 
 
@@ -155,8 +163,10 @@ def interleaved_1f1b(p: int, m: int, v: int) -> Schedule:
         return one_f_one_b(p, m)
     _check_enough_microbatches("interleaved_1f1b", p, m)
     if m % p:
-        raise ValueError(f"interleaved_1f1b needs m to be a multiple of p (micro-batches go round the "
-                         f"devices in groups of p), got m={m}, p={p}: use m={m - m % p} or m={m - m % p + p}")
+        raise ValueError(
+            f"interleaved_1f1b needs m to be a multiple of p (micro-batches go round the "
+            f"devices in groups of p), got m={m}, p={p}: use m={m - m % p} or m={m - m % p + p}"
+        )
     devices = []
     total = m * v
 
@@ -192,7 +202,7 @@ def zero_bubble_h1(p: int, m: int) -> Schedule:
             order.append(Action(kind, d, j))
             if kind == "B":
                 backwards += 1
-                if backwards > d:          # after the first d backwards: one W per B
+                if backwards > d:  # after the first d backwards: one W per B
                     order.append(Action("W", d, next_w))
                     next_w += 1
         order += [Action("W", d, j) for j in range(next_w, m)]
@@ -202,6 +212,7 @@ def zero_bubble_h1(p: int, m: int) -> Schedule:
 
 class KindInfo(NamedTuple):
     """A kind's builder, display name and matching ``torch.distributed.pipelining`` class (or None)."""
+
     build: Callable[..., Schedule]
     title: str
     torch_class: str | None
@@ -242,23 +253,32 @@ def validate(schedule: Schedule) -> Schedule:
     for d, actions in enumerate(s.devices):
         for a in actions:
             if a.kind not in kinds or not (0 <= a.stage < s.num_stages) or not (0 <= a.microbatch < s.m):
-                raise ValueError(f"{s.name}: device {d} has {a!r}; kinds are {'/'.join(kinds)}, stages "
-                                 f"0..{s.num_stages - 1}, micro-batches 0..{s.m - 1}")
+                raise ValueError(
+                    f"{s.name}: device {d} has {a!r}; kinds are {'/'.join(kinds)}, stages "
+                    f"0..{s.num_stages - 1}, micro-batches 0..{s.m - 1}"
+                )
             if s.device_of(a.stage) != d:
-                raise ValueError(f"{s.name}: {a!r} is on device {d}, but stage {a.stage} lives on "
-                                 f"device {s.device_of(a.stage)} (stage n on device n % p)")
+                raise ValueError(
+                    f"{s.name}: {a!r} is on device {d}, but stage {a.stage} lives on "
+                    f"device {s.device_of(a.stage)} (stage n on device n % p)"
+                )
             if a in seen:
-                raise ValueError(f"{s.name}: {a!r} occurs twice (device {d}); each action must run exactly once")
+                raise ValueError(
+                    f"{s.name}: {a!r} occurs twice (device {d}); each action must run exactly once"
+                )
             seen[a] = d
     expected = {Action(k, n, j) for k in kinds for n in range(s.num_stages) for j in range(s.m)}
     missing = sorted(expected - set(seen), key=lambda a: (a.stage, a.microbatch, a.kind))
     if missing:
-        raise ValueError(f"{s.name}: missing {len(missing)} action(s), e.g. "
-                         + ", ".join(map(repr, missing[:5])))
+        raise ValueError(
+            f"{s.name}: missing {len(missing)} action(s), e.g. " + ", ".join(map(repr, missing[:5]))
+        )
     blocked = run_in_order(s)
     if blocked:
-        raise ValueError(f"{s.name}: deadlock, no device can go on: "
-                         + "; ".join(f"device {d} waits at {a!r} for {w!r}" for d, a, w in blocked))
+        raise ValueError(
+            f"{s.name}: deadlock, no device can go on: "
+            + "; ".join(f"device {d} waits at {a!r} for {w!r}" for d, a, w in blocked)
+        )
     return s
 
 
@@ -289,7 +309,9 @@ def execution_order(schedule: Schedule) -> tuple[list[tuple[int, Action]], list[
     for d, actions in enumerate(s.devices):
         if position[d] < len(actions):
             action = actions[position[d]]
-            waiting = next(dep for dep in dependencies(action, s.num_stages, s.split_backward) if dep not in done)
+            waiting = next(
+                dep for dep in dependencies(action, s.num_stages, s.split_backward) if dep not in done
+            )
             stuck.append((d, action, waiting))
     return order, stuck
 

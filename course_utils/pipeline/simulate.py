@@ -16,11 +16,12 @@ The textbook formulas the simulation reproduces (uniform stages, no comm):
 
 Taught in chapter 06.
 """
+
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .schedules import SCHEDULES, Schedule, ScheduleKind, dependencies, execution_order, validate
 from .timeline import Event, Timeline
@@ -31,6 +32,7 @@ class Costs:
     """Time of one action of one stage. ``B``: the input gradient, ``W``: the weight
     gradient; a schedule that does not split the backward runs both in one B, costing
     B + W. ``comm``: delay to move a tensor between devices."""
+
     F: float = 1.0
     B: float = 1.0
     W: float = 1.0
@@ -46,7 +48,7 @@ class Costs:
             return self.B + self.W
         return getattr(self, kind)
 
-    def per_chunk(self, v: int) -> "Costs":
+    def per_chunk(self, v: int) -> Costs:
         """Costs of one of ``v`` equal pieces of a stage (interleaved), same comm."""
         return Costs(self.F / v, self.B / v, self.W / v, self.comm)
 
@@ -57,12 +59,16 @@ def simulate(schedule: Schedule, costs: Costs | Sequence[Costs] = Costs(), unit:
     s = validate(schedule)
     per_stage = [costs] * s.num_stages if isinstance(costs, Costs) else list(costs)
     if len(per_stage) != s.num_stages:
-        raise ValueError(f"give one Costs for all stages or one per stage ({s.num_stages}), got {len(per_stage)}")
+        raise ValueError(
+            f"give one Costs for all stages or one per stage ({s.num_stages}), got {len(per_stage)}"
+        )
     free_at, end, events = [0.0] * s.p, {}, []
-    for d, action in execution_order(s)[0]:          # each action after its dependencies
+    for d, action in execution_order(s)[0]:  # each action after its dependencies
         c = per_stage[action.stage]
         deps = dependencies(action, s.num_stages, s.split_backward)
-        ready = max([end[dep] + (c.comm if s.device_of(dep.stage) != d else 0.0) for dep in deps], default=0.0)
+        ready = max(
+            [end[dep] + (c.comm if s.device_of(dep.stage) != d else 0.0) for dep in deps], default=0.0
+        )
         start = max(free_at[d], ready)
         end[action] = free_at[d] = start + c.of(action.kind, s.split_backward)
         events.append(Event(d, action, start, end[action]))
@@ -75,8 +81,12 @@ def measured_costs(timeline: Timeline, num_stages: int) -> list[Costs]:
     whole backward and W is 0."""
     costs = []
     for n in range(num_stages):
-        median = {k: statistics.median([e.duration for e in timeline.events
-                                         if e.action.stage == n and e.action.kind == k] or [0.0]) for k in "FBW"}
+        median = {
+            k: statistics.median(
+                [e.duration for e in timeline.events if e.action.stage == n and e.action.kind == k] or [0.0]
+            )
+            for k in "FBW"
+        }
         costs.append(Costs(median["F"], median["B"], median["W"]))
     return costs
 
@@ -120,7 +130,7 @@ def plot_bubble_sweep(p: int, ms, v: int = 2, costs: Costs = Costs()):
     from .plot import DPI
 
     fig, ax = plt.subplots(figsize=(6.5, 3.4), dpi=DPI, layout="constrained")
-    for (kind, make), marker in zip(SCHEDULES.items(), "osD^"):
+    for (kind, make), marker in zip(SCHEDULES.items(), "osD^", strict=False):
         interleaved = kind == ScheduleKind.INTERLEAVED_1F1B
         simulated, formula = [], []
         for m in ms:
@@ -128,13 +138,22 @@ def plot_bubble_sweep(p: int, ms, v: int = 2, costs: Costs = Costs()):
             c = costs.per_chunk(schedule.v)
             simulated.append(simulate(schedule, c).bubble_fraction)
             formula.append(expected_bubble_fraction(schedule, c))
-        line, = ax.plot(ms, formula, lw=1.2, alpha=0.8, ls="--" if kind == ScheduleKind.GPIPE else "-")
-        ax.plot(ms, simulated, marker, color=line.get_color(), ms=5, mfc="none",
-                label=kind.title + (f" (v={v})" if interleaved else ""))
+        (line,) = ax.plot(ms, formula, lw=1.2, alpha=0.8, ls="--" if kind == ScheduleKind.GPIPE else "-")
+        ax.plot(
+            ms,
+            simulated,
+            marker,
+            color=line.get_color(),
+            ms=5,
+            mfc="none",
+            label=kind.title + (f" (v={v})" if interleaved else ""),
+        )
     ax.set_xlabel("micro-batches m", fontsize=9)
     ax.set_ylabel("bubble fraction", fontsize=9)
-    ax.set_title(f"p = {p} devices, F={costs.F:g} B={costs.B:g} W={costs.W:g}: simulated (markers), "
-                 "formula (lines)", fontsize=9)
+    ax.set_title(
+        f"p = {p} devices, F={costs.F:g} B={costs.B:g} W={costs.W:g}: simulated (markers), formula (lines)",
+        fontsize=9,
+    )
     ax.tick_params(labelsize=8)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, frameon=False)

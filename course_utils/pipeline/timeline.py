@@ -15,6 +15,7 @@ same numbers and the same plot describe a prediction and a measurement.
 
 Taught in chapter 06 (chapter 05 measures one step as a Timeline).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from .schedules import Action
 @dataclass(frozen=True)
 class Event:
     """``device`` ran ``action`` from ``start`` to ``end`` (in the timeline's unit)."""
+
     device: int
     action: Action
     start: float
@@ -38,6 +40,7 @@ class Event:
 @dataclass(frozen=True)
 class Timeline:
     """Timed events on ``num_devices`` devices; ``unit`` names the time unit ("unit", "ms")."""
+
     events: tuple
     num_devices: int
     name: str = ""
@@ -84,7 +87,7 @@ class Timeline:
     # --- memory --------------------------------------------------------------------
     def live_activations(self, device: int) -> list[tuple[float, int]]:
         """Steps ``(time, count)``: micro-batch activations held on ``device`` from that time."""
-        freed_by = {}                                  # (stage, micro-batch) -> end of its last backward
+        freed_by = {}  # (stage, micro-batch) -> end of its last backward
         for e in self.on(device):
             if e.action.kind in ("B", "W"):
                 key = (e.action.stage, e.action.microbatch)
@@ -92,9 +95,9 @@ class Timeline:
         changes = [(e.start, +1) for e in self.on(device) if e.action.kind == "F"]
         changes += [(t, -1) for t in freed_by.values()]
         steps, count = [(self.start, 0)], 0
-        for t, delta in sorted(changes, key=lambda c: (c[0], c[1])):   # frees before allocations at a tie
+        for t, delta in sorted(changes, key=lambda c: (c[0], c[1])):  # frees before allocations at a tie
             count += delta
-            if t == steps[-1][0]:                # several changes at one time: keep the result
+            if t == steps[-1][0]:  # several changes at one time: keep the result
                 steps[-1] = (t, count)
             else:
                 steps.append((t, count))
@@ -106,9 +109,11 @@ class Timeline:
 
     # --- views ---------------------------------------------------------------------
     def summary(self) -> str:
-        return (f"{self.name}: makespan {self.makespan:.4g} {self.unit}, bubble {self.bubble_fraction:.1%} "
-                f"of device time ({self.bubble_ratio:.1%} of busy time), peak live activations "
-                f"per device {self.peak_activations()}")
+        return (
+            f"{self.name}: makespan {self.makespan:.4g} {self.unit}, bubble {self.bubble_fraction:.1%} "
+            f"of device time ({self.bubble_ratio:.1%} of busy time), peak live activations "
+            f"per device {self.peak_activations()}"
+        )
 
     def grid(self, slot: float = 1.0) -> str:
         """A text chart, one row per device, one column per ``slot`` of time:
@@ -129,9 +134,11 @@ class Timeline:
     def plot(self, ax=None, **kwargs):
         """Gantt chart with idle time shaded, and the live-activation curve under it."""
         from .plot import plot_timeline
+
         return plot_timeline(self, ax=ax, **kwargs)
 
     def to_chrome_trace(self, path=None) -> dict:
         """Chrome trace JSON (open in https://ui.perfetto.dev or chrome://tracing)."""
         from .trace import chrome_trace
+
         return chrome_trace(self, path)

@@ -14,6 +14,7 @@ same machine.
 
 Taught in chapter 06 (section 10, the same with ``torch.distributed.pipelining``).
 """
+
 from __future__ import annotations
 
 import time
@@ -27,13 +28,14 @@ from ..compat import fix_init_handshake, step_accepts_return_outputs
 from ..hardware import devices
 from ..launcher import launch
 from .executor import ScheduleRunner
-from .runs import MeasuredRun, PipelineRun, alternate, check_runnable, collect
 from .mlp import MLPConfig, loss_fn
+from .runs import MeasuredRun, PipelineRun, alternate, check_runnable, collect
 from .schedules import SCHEDULE_KINDS, Schedule, ScheduleKind
 
 # kind -> torch's schedule class, for the kinds torch has (from the one table, ``SCHEDULE_KINDS``)
-TORCH_SCHEDULES = {kind: getattr(pipelining, info.torch_class) for kind, info in SCHEDULE_KINDS.items()
-                   if info.torch_class}
+TORCH_SCHEDULES = {
+    kind: getattr(pipelining, info.torch_class) for kind, info in SCHEDULE_KINDS.items() if info.torch_class
+}
 
 
 class Stage(PipelineStage):
@@ -52,11 +54,16 @@ class TorchRunner:
         rank, num_stages = dist.get_rank(), p * v
         modules = config.stages(num_stages)
         self.mine = [modules[n].to(device) for n in range(rank, num_stages, p)]
-        stages = [Stage(module, n, num_stages, device)
-                  for module, n in zip(self.mine, range(rank, num_stages, p))]
+        stages = [
+            Stage(module, n, num_stages, device)
+            for module, n in zip(self.mine, range(rank, num_stages, p), strict=False)
+        ]
         cls = TORCH_SCHEDULES[kind]
-        self.schedule = cls(stages, m, loss_fn=loss_fn) if kind == "interleaved_1f1b" else cls(stages[0], m,
-                                                                                                 loss_fn=loss_fn)
+        self.schedule = (
+            cls(stages, m, loss_fn=loss_fn)
+            if kind == "interleaved_1f1b"
+            else cls(stages[0], m, loss_fn=loss_fn)
+        )
         # the last stage's outputs are not needed (the losses are); torch 2.9 keeps them anyway
         self.options = {"return_outputs": False} if step_accepts_return_outputs(self.schedule) else {}
         self.holds_first, self.holds_last = rank == 0, rank == (num_stages - 1) % p
@@ -79,12 +86,16 @@ class TorchRunner:
 
     def result(self) -> dict:
         """As ``ScheduleRunner.result`` (without events): each micro-batch loss / m, a share of the mean."""
-        return {"times": self.times, "losses": [loss.item() / len(self.losses) for loss in self.losses],
-                "grads": {name: p.grad.cpu() for module in self.mine for name, p in module.named_parameters()}}
+        return {
+            "times": self.times,
+            "losses": [loss.item() / len(self.losses) for loss in self.losses],
+            "grads": {name: p.grad.cpu() for module in self.mine for name, p in module.named_parameters()},
+        }
 
 
-def torch_pipeline_rank(kind: str, p: int, m: int, v: int, config: MLPConfig, steps: int,
-                        schedule: Schedule | None = None) -> list[dict]:
+def torch_pipeline_rank(
+    kind: str, p: int, m: int, v: int, config: MLPConfig, steps: int, schedule: Schedule | None = None
+) -> list[dict]:
     """What each process runs (under ``launch``): ``steps`` steps of torch's schedule
     ``kind``, alternating with our executor's ``schedule`` if one is given."""
     device = devices(p, quiet=True)[dist.get_rank()]
@@ -94,8 +105,16 @@ def torch_pipeline_rank(kind: str, p: int, m: int, v: int, config: MLPConfig, st
     return alternate(runners, steps)
 
 
-def run_torch_pipeline(kind: ScheduleKind | str, p: int, m: int, config: MLPConfig = MLPConfig(), v: int = 1,
-                       steps: int = 3, warmup: int = 1, timeout: float = 120.0) -> MeasuredRun:
+def run_torch_pipeline(
+    kind: ScheduleKind | str,
+    p: int,
+    m: int,
+    config: MLPConfig = MLPConfig(),
+    v: int = 1,
+    steps: int = 3,
+    warmup: int = 1,
+    timeout: float = 120.0,
+) -> MeasuredRun:
     """Run torch's ``kind`` schedule on ``p`` processes: a ``ScheduleKind`` or its value, "gpipe",
     "1f1b" or "interleaved_1f1b" (with ``v`` stages per process); ``warmup`` untimed steps, then
     ``steps`` timed."""
@@ -103,23 +122,52 @@ def run_torch_pipeline(kind: ScheduleKind | str, p: int, m: int, config: MLPConf
         raise ValueError(f"unknown schedule {str(kind)!r}; choose one of {[str(k) for k in TORCH_SCHEDULES]}")
     kind = ScheduleKind(kind)
     if (kind == ScheduleKind.INTERLEAVED_1F1B) != (v > 1):
-        raise ValueError(f"v > 1 (stages per process) goes with 'interleaved_1f1b' only; "
-                         f"got {str(kind)!r}, v={v}")
+        raise ValueError(
+            f"v > 1 (stages per process) goes with 'interleaved_1f1b' only; got {str(kind)!r}, v={v}"
+        )
     config.stages(p * v)
     config.microbatches(m)
-    results = launch(torch_pipeline_rank, kind, p, m, v, config, warmup + steps, world_size=p,
-                     timeout=timeout, show_output=False)
+    results = launch(
+        torch_pipeline_rank,
+        kind,
+        p,
+        m,
+        v,
+        config,
+        warmup + steps,
+        world_size=p,
+        timeout=timeout,
+        show_output=False,
+    )
     return collect([r[0] for r in results], warmup)
 
 
-def compare_with_torch(schedule: Schedule, config: MLPConfig = MLPConfig(), steps: int = 3, warmup: int = 1,
-                       timeout: float = 120.0) -> tuple[PipelineRun, MeasuredRun]:
+def compare_with_torch(
+    schedule: Schedule,
+    config: MLPConfig = MLPConfig(),
+    steps: int = 3,
+    warmup: int = 1,
+    timeout: float = 120.0,
+) -> tuple[PipelineRun, MeasuredRun]:
     """Our executor's ``schedule`` and torch's matching schedule class, a step of each in
     turn on the same processes: (our PipelineRun, torch's MeasuredRun)."""
     if schedule.kind not in TORCH_SCHEDULES:
-        raise ValueError(f"no torch schedule is compared with {schedule.name!r}; "
-                         f"choose one of {[kind.title for kind in TORCH_SCHEDULES]}")
+        raise ValueError(
+            f"no torch schedule is compared with {schedule.name!r}; "
+            f"choose one of {[kind.title for kind in TORCH_SCHEDULES]}"
+        )
     check_runnable(schedule, config, steps, warmup)
-    results = launch(torch_pipeline_rank, schedule.kind, schedule.p, schedule.m, schedule.v, config,
-                     warmup + steps, schedule, world_size=schedule.p, timeout=timeout, show_output=False)
+    results = launch(
+        torch_pipeline_rank,
+        schedule.kind,
+        schedule.p,
+        schedule.m,
+        schedule.v,
+        config,
+        warmup + steps,
+        schedule,
+        world_size=schedule.p,
+        timeout=timeout,
+        show_output=False,
+    )
     return collect([r[1] for r in results], warmup, schedule), collect([r[0] for r in results], warmup)

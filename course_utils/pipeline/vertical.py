@@ -7,6 +7,7 @@ so a bubble of ``(p-1)/p``) that pipeline parallelism sets out to fill.
 
 Taught in chapter 05 (section 3, the measured step); chapter 06 starts from it.
 """
+
 from __future__ import annotations
 
 import time
@@ -23,7 +24,9 @@ from .timeline import Event, Timeline
 __all__ = ["timed_training_step"]
 
 
-def timed_training_step(split: VerticalSplit, x: torch.Tensor, y: torch.Tensor, loss_fn=nn.MSELoss()):
+def timed_training_step(
+    split: VerticalSplit, x: torch.Tensor, y: torch.Tensor, loss_fn=nn.functional.mse_loss
+):
     """Run one forward + backward of ``split`` and measure when each part worked.
 
     Returns a pipeline ``Timeline`` (ms) with F(k,0) and B(k,0) per part k on row k:
@@ -39,14 +42,18 @@ def timed_training_step(split: VerticalSplit, x: torch.Tensor, y: torch.Tensor, 
         def hook(*_):
             synchronize(*split.devices)
             marks[key] = time.perf_counter()
+
         return hook
 
     hooks = []
     for k, part in enumerate(split.parts):
-        hooks += [part.register_forward_pre_hook(stamp(("F0", k))), part.register_forward_hook(stamp(("F1", k))),
-                  part.register_full_backward_pre_hook(stamp(("B0", k)))]
+        hooks += [
+            part.register_forward_pre_hook(stamp(("F0", k))),
+            part.register_forward_hook(stamp(("F1", k))),
+            part.register_full_backward_pre_hook(stamp(("B0", k))),
+        ]
     try:
-        with warnings.catch_warnings():   # part 0's input needs no gradient: its pre-hook still fires
+        with warnings.catch_warnings():  # part 0's input needs no gradient: its pre-hook still fires
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
             synchronize(*split.devices)
             t0 = time.perf_counter()
@@ -58,7 +65,7 @@ def timed_training_step(split: VerticalSplit, x: torch.Tensor, y: torch.Tensor, 
             h.remove()
     events = []
     for k in range(len(split.parts)):
-        ms = lambda key: (marks[key] - t0) * 1e3   # noqa: E731
+        ms = lambda key: (marks[key] - t0) * 1e3  # noqa: E731
         events.append(Event(k, Action("F", k, 0), ms(("F0", k)), ms(("F1", k))))
         events.append(Event(k, Action("B", k, 0), ms(("B0", k)), ms(("B0", k - 1))))
     return Timeline(tuple(events), len(split.parts), name="vertical model parallel, 1 step", unit="ms")

@@ -9,6 +9,7 @@ event logs into a deterministic account, attempt by attempt; ``plot_restarts`` d
 
 Taught in chapter 08 (section 4, elastic restarts with ``torchrun``; section 5, two nodes).
 """
+
 from __future__ import annotations
 
 import json
@@ -31,6 +32,7 @@ SHARED_STORE_FIX = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 @dataclass
 class ElasticRun:
     """What a run left: every rank's events (in order), the command lines, the launchers' stderr."""
+
     events: list[dict]
     commands: list[str]
     stderr: list[str] = field(repr=False)
@@ -45,8 +47,15 @@ def read_events(out: str | os.PathLike) -> list[dict]:
     return sorted(events, key=lambda e: (e["attempt"], e["rank"], e["time"]))
 
 
-def run_elastic(out: str | os.PathLike, *, nproc_per_node: int = 2, nnodes: int = 1, max_restarts: int = 1,
-                timeout: float = 180.0, script_args: list[str] | tuple = ()) -> ElasticRun:
+def run_elastic(
+    out: str | os.PathLike,
+    *,
+    nproc_per_node: int = 2,
+    nnodes: int = 1,
+    max_restarts: int = 1,
+    timeout: float = 180.0,
+    script_args: list[str] | tuple = (),
+) -> ElasticRun:
     """``torchrun [--standalone | --nnodes N --node-rank i --rdzv-backend c10d ...] --nproc-per-node P
     --max-restarts R -m course_utils.scripts.elastic_train --out OUT *script_args``, one per node.
 
@@ -59,16 +68,48 @@ def run_elastic(out: str | os.PathLike, *, nproc_per_node: int = 2, nnodes: int 
     commands = []
     for node, own in enumerate(runner.node_environments(nnodes, nproc_per_node)):
         env = ["env", *(f"{k}={v}" for k, v in {**SHARED_STORE_FIX, **own}.items())]
-        where = (["--standalone"] if nnodes == 1 else
-                 ["--nnodes", str(nnodes), "--node-rank", str(node), "--rdzv-backend", "c10d",
-                  "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "course-job"])
-        commands.append(env + runner.LAUNCHERS["torchrun"] + [
-            *where, "--nproc-per-node", str(nproc_per_node), "--max-restarts", str(max_restarts),
-            "-m", "course_utils.scripts.elastic_train", "--out", str(out), *map(str, script_args)])
+        where = (
+            ["--standalone"]
+            if nnodes == 1
+            else [
+                "--nnodes",
+                str(nnodes),
+                "--node-rank",
+                str(node),
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"127.0.0.1:{port}",
+                "--rdzv-id",
+                "course-job",
+            ]
+        )
+        commands.append(
+            env
+            + runner.LAUNCHERS["torchrun"]
+            + [
+                *where,
+                "--nproc-per-node",
+                str(nproc_per_node),
+                "--max-restarts",
+                str(max_restarts),
+                "-m",
+                "course_utils.scripts.elastic_train",
+                "--out",
+                str(out),
+                *map(str, script_args),
+            ]
+        )
     outputs, _ = runner.run_together(commands, timeout)
     launcher = " ".join(runner.LAUNCHERS["torchrun"])
-    shown = [" ".join(c).replace(launcher, "torchrun").replace(str(out), "OUT").replace(str(port), "PORT")
-             .replace("env ", "") for c in commands]
+    shown = [
+        " ".join(c)
+        .replace(launcher, "torchrun")
+        .replace(str(out), "OUT")
+        .replace(str(port), "PORT")
+        .replace("env ", "")
+        for c in commands
+    ]
     return ElasticRun(read_events(out), shown, [e for _, e in outputs], out)
 
 
@@ -88,8 +129,11 @@ def timeline(events: list[dict]) -> list[str]:
         mine = [e for e in events if e["attempt"] == attempt]
         ranks = sorted({e["rank"] for e in mine})
         start = [e for e in mine if e["event"] in ("started", "resumed")]
-        how = ("started from scratch" if all(e["event"] == "started" for e in start)
-               else f"resumed from the checkpoint of step {start[0]['step']}")
+        how = (
+            "started from scratch"
+            if all(e["event"] == "started" for e in start)
+            else f"resumed from the checkpoint of step {start[0]['step']}"
+        )
         lines.append(f"attempt {attempt}: ranks {ranks} {how}")
         steps = _steps(events, attempt)
         if steps:
@@ -99,11 +143,15 @@ def timeline(events: list[dict]) -> list[str]:
             lines.append(f"  rank 0 saved checkpoints at steps {saved}")
         for e in mine:
             if e["event"] == "killed":
-                lines.append(f"  rank {e['rank']} killed itself with SIGKILL before step {e['step']}; "
-                             "torchrun stopped the other ranks and restarted all of them")
+                lines.append(
+                    f"  rank {e['rank']} killed itself with SIGKILL before step {e['step']}; "
+                    "torchrun stopped the other ranks and restarted all of them"
+                )
         finished = [e for e in mine if e["event"] == "finished"]
         if finished:
-            lines.append(f"  finished at step {finished[0]['step']} on ranks {sorted(e['rank'] for e in finished)}")
+            lines.append(
+                f"  finished at step {finished[0]['step']} on ranks {sorted(e['rank'] for e in finished)}"
+            )
     return lines
 
 
@@ -124,8 +172,14 @@ def plot_restarts(events: list[dict], title: str = "elastic training: what happe
             elif e["event"] == "killed":
                 ax.plot(e["step"] - 0.5, y, marker="X", markersize=12, color="tab:red")
             elif e["event"] == "resumed" and e["rank"] == 0:
-                ax.annotate("resume", (e["step"], y), (e["step"], y - 0.45), ha="center", fontsize=8,
-                            arrowprops=dict(arrowstyle="->"))
+                ax.annotate(
+                    "resume",
+                    (e["step"], y),
+                    (e["step"], y - 0.45),
+                    ha="center",
+                    fontsize=8,
+                    arrowprops=dict(arrowstyle="->"),
+                )
     ax.set_yticks(range(len(attempts)), [f"attempt {a}" for a in attempts])
     ax.invert_yaxis()
     ax.set_xlabel("training step (blue: done; green: checkpoint; red: rank killed)")

@@ -10,11 +10,13 @@ rank ``--kill-rank`` kills itself with SIGKILL just before step ``--kill-at-step
 on the first attempt only; torchrun then stops the other ranks and starts them all
 again (``--max-restarts``). A rank counts its attempts in its own event log:
 torchrun's ``TORCHELASTIC_RESTART_COUNT`` counts the failures *one node's* agent saw, so
-on several nodes a node whose ranks did not fail may still say 0 after a restart. Each rank appends what it does to
+on several nodes a node whose ranks did not fail may still say 0 after a restart. Each rank
+appends what it does to
 ``DIR/events-rank<R>.jsonl``; rank 0 writes the final weights to ``DIR/final.pt``.
 
 Taught in chapter 08 (sections 1 and 2, what a checkpoint must hold; kill, resume, compare).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,17 +29,25 @@ from pathlib import Path
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for checkpoint, events and final weights")
+    parser.add_argument(
+        "--out", type=Path, required=True, help="folder for checkpoint, events and final weights"
+    )
     parser.add_argument("--rows", type=int, default=2048, help="synthetic click-log rows to train on")
     parser.add_argument("--batch-size", type=int, default=128, help="rows per rank per step")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--checkpoint-every", type=int, default=5, help="steps between checkpoints")
     parser.add_argument("--kill-rank", type=int, default=-1, help="rank that kills itself (-1: none)")
-    parser.add_argument("--kill-at-step", type=int, default=-1, help="... just before this step, first attempt only")
+    parser.add_argument(
+        "--kill-at-step", type=int, default=-1, help="... just before this step, first attempt only"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--forget", choices=["nothing", "optimizer", "data-position"], default="nothing",
-                        help="a deliberately incomplete resume, to see what each part of a checkpoint is for")
+    parser.add_argument(
+        "--forget",
+        choices=["nothing", "optimizer", "data-position"],
+        default="nothing",
+        help="a deliberately incomplete resume, to see what each part of a checkpoint is for",
+    )
     return parser.parse_args(argv)
 
 
@@ -53,7 +63,9 @@ def attempt_number(out: Path, rank: int) -> int:
     path = out / f"events-rank{rank}.jsonl"
     if not path.exists():
         return 0
-    return sum(json.loads(line)["event"] in ("started", "resumed") for line in path.read_text().splitlines() if line)
+    return sum(
+        json.loads(line)["event"] in ("started", "resumed") for line in path.read_text().splitlines() if line
+    )
 
 
 def train(args: argparse.Namespace) -> dict:
@@ -77,20 +89,32 @@ def train(args: argparse.Namespace) -> dict:
     dataset = TensorDataset(*(torch.from_numpy(a) for a in (logs.dense, logs.sparse, logs.label)))
     sampler = checkpoint.ResumableSampler(dataset, shuffle=True, seed=args.seed, drop_last=True)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
-    model = DDP(DLRM(logs.cardinalities, seed=args.seed).to(device),
-                device_ids=[device.index] if device.type == "cuda" else None)
-    settle_ddp_buckets(model, torch.zeros(1, logs.n_dense, device=device),
-                       torch.zeros(1, logs.n_sparse, dtype=torch.long, device=device))
+    model = DDP(
+        DLRM(logs.cardinalities, seed=args.seed).to(device),
+        device_ids=[device.index] if device.type == "cuda" else None,
+    )
+    settle_ddp_buckets(
+        model,
+        torch.zeros(1, logs.n_dense, device=device),
+        torch.zeros(1, logs.n_sparse, dtype=torch.long, device=device),
+    )
     optimizer = make_optimizer(model, "adam", args.lr)
     path = args.out / "checkpoint.pt"
     state = checkpoint.load_on_every_rank(path, map_location=device)
     step = checkpoint.restore_training_state(state, model, optimizer, sampler) if state else 0
-    if state and args.forget == "optimizer":          # Adam starts again: moments zero, step count 0
+    if state and args.forget == "optimizer":  # Adam starts again: moments zero, step count 0
         optimizer = make_optimizer(model, "adam", args.lr)
-    elif state and args.forget == "data-position":    # the epoch restarts from its first batch
+    elif state and args.forget == "data-position":  # the epoch restarts from its first batch
         sampler.consumed = 0
-    _log(args.out, attempt=attempt, rank=rank, event="resumed" if state else "started", step=step,
-         restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), node=os.environ.get("GROUP_RANK"))
+    _log(
+        args.out,
+        attempt=attempt,
+        rank=rank,
+        event="resumed" if state else "started",
+        step=step,
+        restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        node=os.environ.get("GROUP_RANK"),
+    )
     for epoch in range(sampler.epoch if state else 0, args.epochs):
         sampler.set_epoch(epoch)
         for dense, sparse, label in loader:
@@ -123,10 +147,12 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
     # NCCL if each local rank has a GPU; COURSE_BACKEND=gloo (stand-in nodes sharing GPUs) forces gloo
-    backend = pick_backend(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), os.environ.get("COURSE_BACKEND", "auto"))
+    backend = pick_backend(
+        int(os.environ.get("LOCAL_WORLD_SIZE", "1")), os.environ.get("COURSE_BACKEND", "auto")
+    )
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group(group_backend(backend))          # nccl: "cpu:gloo,cuda:nccl"
+    dist.init_process_group(group_backend(backend))  # nccl: "cpu:gloo,cuda:nccl"
     try:
         train(args)
     finally:

@@ -8,6 +8,7 @@ view of the world, and the results of ``dist.all_reduce`` and
 
 Taught in chapter 02 (section 6, launchers; section 8, two "nodes" on one machine).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,8 +16,15 @@ import json
 import os
 from pathlib import Path
 
-TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                      "MASTER_ADDR", "MASTER_PORT")
+TORCHRUN_VARIABLES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 
 
 def report() -> dict:
@@ -31,10 +39,15 @@ def report() -> dict:
     mine = (rank + 1) * torch.arange(1, 9, dtype=torch.float64, device=rank_device())  # [8] float64
     by_gloo, by_ring = mine.clone(), ring_all_reduce(mine.clone())
     dist.all_reduce(by_gloo)
-    return {"env": {name: os.environ.get(name) for name in TORCHRUN_VARIABLES},
-            "rank": rank, "world_size": dist.get_world_size(), "backend": dist.get_backend(),
-            "launcher_pid": os.getppid(),  # the torchrun process that started this rank
-            "all_reduce": by_gloo.tolist(), "ring_all_reduce": by_ring.tolist()}
+    return {
+        "env": {name: os.environ.get(name) for name in TORCHRUN_VARIABLES},
+        "rank": rank,
+        "world_size": dist.get_world_size(),
+        "backend": dist.get_backend(),
+        "launcher_pid": os.getppid(),  # the torchrun process that started this rank
+        "all_reduce": by_gloo.tolist(),
+        "ring_all_reduce": by_ring.tolist(),
+    }
 
 
 def _report_and_leave(out: Path, say: bool) -> None:
@@ -43,7 +56,9 @@ def _report_and_leave(out: Path, say: bool) -> None:
     result = report()
     (Path(out) / f"rank{result['rank']}.json").write_text(json.dumps(result))
     if say:  # ranks print at the same time: lines may come out in any order, even mixed
-        print(f"rank {result['rank']} of {result['world_size']}: all_reduce sum {sum(result['all_reduce']):g}")
+        print(
+            f"rank {result['rank']} of {result['world_size']}: all_reduce sum {sum(result['all_reduce']):g}"
+        )
     dist.destroy_process_group()
 
 

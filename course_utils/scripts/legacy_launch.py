@@ -9,6 +9,7 @@ in ``DIR/rank<R>.json``, next to the ``LOCAL_RANK`` variable.
 
 Taught in chapter 02 (section 6, launchers: the deprecated ``torch.distributed.launch``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,13 +23,22 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for rank<R>.json")
-    parser.add_argument("--local-rank", "--local_rank", type=int, default=None,
-                        help="given by torch.distributed.launch; torchrun sets LOCAL_RANK instead")
+    parser.add_argument(
+        "--local-rank",
+        "--local_rank",
+        type=int,
+        default=None,
+        help="given by torch.distributed.launch; torchrun sets LOCAL_RANK instead",
+    )
     args = parser.parse_args(argv)
     local_rank = args.local_rank if args.local_rank is not None else int(os.environ["LOCAL_RANK"])
-    record = {"rank": int(os.environ["RANK"]), "argument": args.local_rank,
-              "LOCAL_RANK": os.environ.get("LOCAL_RANK"), "local_rank used": local_rank,
-              "extra arguments": [a for a in argv if a.startswith("--local")]}
+    record = {
+        "rank": int(os.environ["RANK"]),
+        "argument": args.local_rank,
+        "LOCAL_RANK": os.environ.get("LOCAL_RANK"),
+        "local_rank used": local_rank,
+        "extra arguments": [a for a in argv if a.startswith("--local")],
+    }
     (args.out / f"rank{record['rank']}.json").write_text(json.dumps(record))
 
 

@@ -10,10 +10,10 @@ whole process group, and its partners with it.
 
 Taught in chapter 02 (section 6, launchers); chapters 04 and 08 run their scripts with it.
 """
+
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 import os
 import re
 import signal
@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,8 +33,10 @@ from ..launcher.output import engine_line
 
 # The `torchrun` command is this module's console script; running it through the
 # current interpreter works even where the venv's bin/ folder is not on PATH.
-LAUNCHERS = {"torchrun": [sys.executable, "-m", "torch.distributed.run"],
-             "torch.distributed.launch": [sys.executable, "-m", "torch.distributed.launch"]}
+LAUNCHERS = {
+    "torchrun": [sys.executable, "-m", "torch.distributed.run"],
+    "torch.distributed.launch": [sys.executable, "-m", "torch.distributed.launch"],
+}
 _C10_PREFIX = re.compile(r"^[WIE]\d{4} [\d:.]+ \d+ [^\]]*\] ?")
 _REPO = str(Path(__file__).resolve().parents[2])
 #: The course's torchrun scripts pass this variable to ``pick_backend`` ("auto" when unset).
@@ -58,8 +61,10 @@ def node_environments(nnodes: int, nproc_per_node: int) -> list[dict[str, str]]:
     # slices of what this process sees: CUDA_VISIBLE_DEVICES=2,3 here gives the nodes "2" and "3"
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     visible = [d.strip() for d in listed.split(",")][:gpus] if listed else [str(i) for i in range(gpus)]
-    return [{"CUDA_VISIBLE_DEVICES": ",".join(visible[n * nproc_per_node:(n + 1) * nproc_per_node])}
-            for n in range(nnodes)]
+    return [
+        {"CUDA_VISIBLE_DEVICES": ",".join(visible[n * nproc_per_node : (n + 1) * nproc_per_node])}
+        for n in range(nnodes)
+    ]
 
 
 class LauncherError(RuntimeError):
@@ -73,6 +78,7 @@ class LauncherRun:
     ``commands`` are the command lines as a learner would type them (``torchrun ...``,
     with ``PORT`` and ``OUT`` for the parts that change from run to run).
     """
+
     reports: list[dict]
     commands: list[str]
     stderr: list[str] = field(repr=False)
@@ -91,9 +97,16 @@ def _rendezvous(kind: str, port: int) -> list[str]:
     raise ValueError(f"rendezvous must be 'standalone', 'static' or 'c10d', got {kind!r}")
 
 
-def run_torchrun(module: str = "course_utils.scripts.hello", nproc_per_node: int = 2, nnodes: int = 1,
-                 rendezvous: str = "standalone", launcher: str = "torchrun", timeout: float = 120.0,
-                 port: int | None = None, args: Sequence[str] = ()) -> LauncherRun:
+def run_torchrun(
+    module: str = "course_utils.scripts.hello",
+    nproc_per_node: int = 2,
+    nnodes: int = 1,
+    rendezvous: str = "standalone",
+    launcher: str = "torchrun",
+    timeout: float = 120.0,
+    port: int | None = None,
+    args: Sequence[str] = (),
+) -> LauncherRun:
     """Run ``launcher ... -m module --out DIR *args`` once per node on this machine; return the reports.
 
     ``nnodes > 1`` starts one launcher per node (``--node-rank 0 .. nnodes-1``) that meet at
@@ -112,36 +125,61 @@ def run_torchrun(module: str = "course_utils.scripts.hello", nproc_per_node: int
         commands = []
         for node in range(nnodes):
             nodes = ["--nnodes", str(nnodes), "--node-rank", str(node)] if nnodes > 1 else []
-            commands.append(LAUNCHERS[launcher] + ["--nproc-per-node", str(nproc_per_node), *nodes,
-                                                   *_rendezvous(rendezvous, port), "-m", module, "--out", out,
-                                                   *map(str, args)])
+            commands.append(
+                LAUNCHERS[launcher]
+                + [
+                    "--nproc-per-node",
+                    str(nproc_per_node),
+                    *nodes,
+                    *_rendezvous(rendezvous, port),
+                    "-m",
+                    module,
+                    "--out",
+                    out,
+                    *map(str, args),
+                ]
+            )
         start = time.perf_counter()
         outputs, pids = run_together(commands, timeout, node_env)
-        reports = [json.loads(p.read_text()) for p in sorted(Path(out).glob("rank*.json"),
-                                                           key=lambda p: int(p.stem[4:]))]
-        shown = [" ".join([f"{k}={v}" for k, v in extra.items()]
-                          + [launcher if launcher == "torchrun" else f"python -m {launcher}"]
-                          + c[len(LAUNCHERS[launcher]):]).replace(out, "OUT").replace(str(port), "PORT")
-                 for c, extra in zip(commands, node_env)]
-    return LauncherRun(reports, shown, [e for _, e in outputs], [o for o, _ in outputs], pids,
-                       time.perf_counter() - start)
+        reports = [
+            json.loads(p.read_text())
+            for p in sorted(Path(out).glob("rank*.json"), key=lambda p: int(p.stem[4:]))
+        ]
+        shown = [
+            " ".join(
+                [f"{k}={v}" for k, v in extra.items()]
+                + [launcher if launcher == "torchrun" else f"python -m {launcher}"]
+                + c[len(LAUNCHERS[launcher]) :]
+            )
+            .replace(out, "OUT")
+            .replace(str(port), "PORT")
+            for c, extra in zip(commands, node_env, strict=False)
+        ]
+    return LauncherRun(
+        reports, shown, [e for _, e in outputs], [o for o, _ in outputs], pids, time.perf_counter() - start
+    )
 
 
-def run_together(commands: list[list[str]], timeout: float,
-                 extra_env: Sequence[dict] | None = None) -> tuple[list[tuple[str, str]], list[int]]:
+def run_together(
+    commands: list[list[str]], timeout: float, extra_env: Sequence[dict] | None = None
+) -> tuple[list[tuple[str, str]], list[int]]:
     """Start every command at once, each in its own process group; all finish or all are killed.
 
     ``extra_env``: variables to add for each command (one dict per command), e.g. its GPUs.
     """
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [_REPO, os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [_REPO, os.environ.get("PYTHONPATH")])),
+    }
     procs, files = [], []
     try:
-        for cmd, extra in zip(commands, extra_env or [{}] * len(commands)):
+        for cmd, extra in zip(commands, extra_env or [{}] * len(commands), strict=False):
             out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
             files.append((out, err))
-            procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env={**env, **extra},
-                                          start_new_session=True))
+            procs.append(
+                subprocess.Popen(cmd, stdout=out, stderr=err, env={**env, **extra}, start_new_session=True)
+            )
         deadline = time.monotonic() + timeout
         while any(p.poll() is None for p in procs):
             failed = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
@@ -163,12 +201,16 @@ def run_together(commands: list[list[str]], timeout: float,
     failed = [i for i, p in enumerate(procs) if p.returncode != 0 and i not in running]
     if failed:
         i = failed[0]
-        raise LauncherError(f"launcher {i} of {len(procs)} exited with code {procs[i].returncode}"
-                            f"{_hint(outputs[i][1])}; the end of its stderr:\n{_tail(outputs[i][1])}")
+        raise LauncherError(
+            f"launcher {i} of {len(procs)} exited with code {procs[i].returncode}"
+            f"{_hint(outputs[i][1])}; the end of its stderr:\n{_tail(outputs[i][1])}"
+        )
     if running:
-        raise LauncherError(f"launcher(s) {running} of {len(procs)} were still running after "
-                            f"{timeout:g} s and were stopped (a node that never joins the rendezvous "
-                            "makes the others wait; pass a larger timeout if they were only slow)")
+        raise LauncherError(
+            f"launcher(s) {running} of {len(procs)} were still running after "
+            f"{timeout:g} s and were stopped (a node that never joins the rendezvous "
+            "makes the others wait; pass a larger timeout if they were only slow)"
+        )
     return outputs, [p.pid for p in procs]
 
 
@@ -189,7 +231,7 @@ def _hint(stderr: str) -> str:
 
 
 def _tail(text: str, lines: int = 15) -> str:
-    """The last lines of a launcher's stderr, without the c10 log prefix "W1122 15:30:01.1 pid file.py:12]"."""
+    """The last lines of a launcher's stderr, without c10's log prefix "W1122 15:30:01.1 pid file.py:12]"."""
     kept = [_C10_PREFIX.sub("", ln) for ln in text.splitlines()]
     return "\n".join([ln for ln in kept if ln.strip(" *")][-lines:])
 
@@ -209,8 +251,10 @@ def spawn_and_wait(fn, args: tuple, nprocs: int, timeout: float = 120.0) -> None
         while not context.join(timeout=0.1):
             if time.monotonic() > deadline:
                 running = [i for i, p in enumerate(context.processes) if p.is_alive()]
-                raise LauncherError(f"process(es) {running} of mp.spawn were still running after "
-                                    f"{timeout:g} s and were stopped")
+                raise LauncherError(
+                    f"process(es) {running} of mp.spawn were still running after "
+                    f"{timeout:g} s and were stopped"
+                )
     finally:
         for proc in context.processes:
             if proc.is_alive():

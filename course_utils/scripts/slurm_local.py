@@ -12,6 +12,7 @@ this machine's, or gloo where there are too few (``runner.node_environments``).
 
 Taught in chapter 08 (section 6, a SLURM batch script).
 """
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,9 @@ exit $status
 """
 
 
-def run_sbatch_locally(script: str | os.PathLike, *, nodes: int = 2, env: dict | None = None,
-                       timeout: float = 180.0) -> tuple[str, str]:
+def run_sbatch_locally(
+    script: str | os.PathLike, *, nodes: int = 2, env: dict | None = None, timeout: float = 180.0
+) -> tuple[str, str]:
     """Run ``bash script`` as SLURM would on ``nodes`` nodes (all of them this machine).
 
     env: extra variables (e.g. ``GPUS_PER_NODE``, ``CKPT_DIR``, ``TRAIN_ARGS``).
@@ -59,10 +61,14 @@ def run_sbatch_locally(script: str | os.PathLike, *, nodes: int = 2, env: dict |
             path = Path(shims) / name
             path.write_text(text)
             path.chmod(path.stat().st_mode | stat.S_IXUSR)
-        variables = {"SLURM_NNODES": str(nodes), "SLURM_JOB_NODELIST": f"localhost[1-{nodes}]",
-                     "SLURM_JOB_ID": "4242", "MASTER_PORT": str(free_port()),
-                     "PATH": os.pathsep.join([shims, str(Path(sys.executable).parent), os.environ["PATH"]]),
-                     **(env or {})}
+        variables = {
+            "SLURM_NNODES": str(nodes),
+            "SLURM_JOB_NODELIST": f"localhost[1-{nodes}]",
+            "SLURM_JOB_ID": "4242",
+            "MASTER_PORT": str(free_port()),
+            "PATH": os.pathsep.join([shims, str(Path(sys.executable).parent), os.environ["PATH"]]),
+            **(env or {}),
+        }
         per_node = int(variables.get("GPUS_PER_NODE", os.environ.get("GPUS_PER_NODE", "8")))
         for node, own in enumerate(runner.node_environments(nodes, per_node)):
             if own:

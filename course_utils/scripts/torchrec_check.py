@@ -16,6 +16,7 @@ pyre-extensions, typing-inspect, mypy-extensions, tqdm, pyvers, orjson, cloudpic
 
 Taught in chapter 07 (section 10, TorchRec's sharding types).
 """
+
 from __future__ import annotations
 
 CARDS, DIM, BATCH, POOLING = [1000, 300, 50], 16, 4, 2
@@ -33,14 +34,17 @@ def _gather_tables(model, world: int) -> list:
     for key, value in model.state_dict().items():
         table = int(key.split("embedding_bags.t")[1].split(".")[0])
         if hasattr(value, "local_shards"):
-            pieces += [(table, tuple(s.metadata.shard_offsets), s.tensor.detach().clone()) for s in value.local_shards()]
+            pieces += [
+                (table, tuple(s.metadata.shard_offsets), s.tensor.detach().clone())
+                for s in value.local_shards()
+            ]
         else:
             pieces.append((table, (0, 0), value.detach().clone()))
     everyone = [None] * world
     dist.all_gather_object(everyone, pieces)
     tables = [torch.zeros(n, DIM, device=rank_device()) for n in CARDS]
     for table, (row, col), t in (p for rank_pieces in everyone for p in rank_pieces):
-        tables[table][row:row + t.shape[0], col:col + t.shape[1]] = t.to(tables[table].device)
+        tables[table][row : row + t.shape[0], col : col + t.shape[1]] = t.to(tables[table].device)
     return tables
 
 
@@ -62,12 +66,17 @@ def compare(kind: str) -> dict:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     rank, world, device = dist.get_rank(), dist.get_world_size(), rank_device()
-    configs = [torchrec.EmbeddingBagConfig(name=f"t{t}", embedding_dim=DIM, num_embeddings=n, feature_names=[f"f{t}"])
-               for t, n in enumerate(CARDS)]
+    configs = [
+        torchrec.EmbeddingBagConfig(
+            name=f"t{t}", embedding_dim=DIM, num_embeddings=n, feature_names=[f"f{t}"]
+        )
+        for t, n in enumerate(CARDS)
+    ]
     ebc = torchrec.EmbeddingBagCollection(tables=configs, device=device)
-    planner = EmbeddingShardingPlanner(topology=Topology(world_size=world, compute_device=device.type),
-                                       constraints={f"t{t}": ParameterConstraints(sharding_types=[kind])
-                                                    for t in range(len(CARDS))})
+    planner = EmbeddingShardingPlanner(
+        topology=Topology(world_size=world, compute_device=device.type),
+        constraints={f"t{t}": ParameterConstraints(sharding_types=[kind]) for t in range(len(CARDS))},
+    )
     from torchrec.distributed.sharding_plan import get_default_sharders
 
     try:  # every rank plans for itself (the same plan): a refusal then stops every rank, none waits
@@ -75,17 +84,24 @@ def compare(kind: str) -> dict:
     except RuntimeError as err:
         return {"kind": kind, "refused": str(err).split(". Module:")[0]}
     model = DistributedModelParallel(ebc, device=device, plan=plan)
-    g = torch.Generator().manual_seed(1)                                         # the same ids on every rank
-    ids = torch.stack([torch.randint(0, n, (world * BATCH, POOLING), generator=g) for n in CARDS], 1).to(device)
-    mine = ids[rank * BATCH:(rank + 1) * BATCH]                                  # [B, T, L]
+    g = torch.Generator().manual_seed(1)  # the same ids on every rank
+    ids = torch.stack([torch.randint(0, n, (world * BATCH, POOLING), generator=g) for n in CARDS], 1).to(
+        device
+    )
+    mine = ids[rank * BATCH : (rank + 1) * BATCH]  # [B, T, L]
     kjt = KeyedJaggedTensor.from_lengths_sync(
-        keys=[f"f{t}" for t in range(len(CARDS))], values=mine.permute(1, 0, 2).reshape(-1),
-        lengths=torch.full((len(CARDS) * BATCH,), POOLING, dtype=torch.int32, device=device))
+        keys=[f"f{t}" for t in range(len(CARDS))],
+        values=mine.permute(1, 0, 2).reshape(-1),
+        lengths=torch.full((len(CARDS) * BATCH,), POOLING, dtype=torch.int32, device=device),
+    )
     out = model(kjt)
     out = out.wait() if hasattr(out, "wait") else out
-    theirs = torch.stack([out[f"f{t}"] for t in range(len(CARDS))], dim=1)     # [B, T, D]
+    theirs = torch.stack([out[f"f{t}"] for t in range(len(CARDS))], dim=1)  # [B, T, D]
     tables = _gather_tables(model, world)
-    result = {"kind": kind, "vs_embedding_bag": (theirs - sharding.lookup_unsharded(tables, mine)).abs().max().item()}
+    result = {
+        "kind": kind,
+        "vs_embedding_bag": (theirs - sharding.lookup_unsharded(tables, mine)).abs().max().item(),
+    }
     if kind in sharding.SHARDING_KINDS:
         ours = sharding.shard_embeddings(sharding.make_plan(kind, CARDS, DIM, world), tables)(mine)
         result["vs_course"] = (theirs - ours).abs().max().item()
@@ -96,8 +112,10 @@ def main() -> None:
     try:
         import torchrec  # noqa: F401
     except Exception as exc:  # ImportError, or OSError from an fbgemm_gpu built for another torch
-        raise SystemExit(f"torchrec does not import here ({type(exc).__name__}: {str(exc)[:200]}); "
-                         "see this script's docstring for a combination that works beside torch 2.13") from None
+        raise SystemExit(
+            f"torchrec does not import here ({type(exc).__name__}: {str(exc)[:200]}); "
+            "see this script's docstring for a combination that works beside torch 2.13"
+        ) from None
     from course_utils import launch
 
     for kind in TYPES:

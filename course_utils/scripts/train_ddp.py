@@ -19,6 +19,7 @@ repartition``), or synthetic click logs generated identically on every rank.
 
 Taught in chapter 04 (section 9, the same training under ``torchrun``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,9 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, required=True, help="folder for rank<R>.json")
     parser.add_argument("--kind", choices=("naive", "bucketed", "torch"), default="bucketed")
     parser.add_argument("--parquet", type=Path, help="training rows (default: synthetic, --rows of them)")
-    parser.add_argument("--rows", type=int, default=12_000, help="synthetic rows (the last 20%% are held out)")
+    parser.add_argument(
+        "--rows", type=int, default=12_000, help="synthetic rows (the last 20%% are held out)"
+    )
     parser.add_argument("--steps", type=int, default=10, help="optimizer steps (0: one full epoch)")
     parser.add_argument("--batch", type=int, default=512, help="global batch: rows per step, all ranks")
     parser.add_argument("--lr", type=float, default=1e-3)
@@ -57,13 +60,20 @@ def inputs(args: argparse.Namespace, rank: int = 0, world_size: int = 1):
         data.row_groups_of_rank(info["row_groups"], rank, world_size, args.parquet)
         cards = info["cardinalities"]
         if cards is None:
-            raise SystemExit(f"{args.parquet} was not written by course_utils.data.write_parquet "
-                             "(no cardinalities in its metadata)")
+            raise SystemExit(
+                f"{args.parquet} was not written by course_utils.data.write_parquet "
+                "(no cardinalities in its metadata)"
+            )
     else:
         train, held_out = data.make_click_logs(args.rows, seed=args.seed).split(0.8)
         cards = train.cardinalities
-    settings = TrainSettings(global_batch_size=args.batch, max_steps=args.steps or None, lr=args.lr,
-                             optimizer=args.optimizer, seed=args.seed)
+    settings = TrainSettings(
+        global_batch_size=args.batch,
+        max_steps=args.steps or None,
+        lr=args.lr,
+        optimizer=args.optimizer,
+        seed=args.seed,
+    )
     return train, held_out, DLRMConfig(cards), settings
 
 
@@ -82,23 +92,34 @@ def main(argv=None) -> None:
     from course_utils.hardware import pick_backend
 
     # NCCL if each local rank has a GPU; COURSE_BACKEND=gloo (stand-in nodes sharing GPUs) forces gloo
-    backend = pick_backend(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), os.environ.get("COURSE_BACKEND", "auto"))
+    backend = pick_backend(
+        int(os.environ.get("LOCAL_WORLD_SIZE", "1")), os.environ.get("COURSE_BACKEND", "auto")
+    )
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     else:
-        torch.set_num_threads(1)      # ranks share this machine's cores
-    init_group(backend)               # env:// : what torchrun set (NCCL: "cpu:gloo,cuda:nccl")
+        torch.set_num_threads(1)  # ranks share this machine's cores
+    init_group(backend)  # env:// : what torchrun set (NCCL: "cpu:gloo,cuda:nccl")
     try:
         train, held_out, model_config, settings = inputs(args, dist.get_rank(), dist.get_world_size())
         run = ddp_worker(args.kind, train, model_config, settings, eval_data=held_out)
-        report = {"rank": run.rank, "world_size": run.world_size, "kind": run.kind, "step_loss": run.step_loss,
-                  "samples": run.samples, "auc": run.final.get("auc"), "logloss": run.final.get("logloss")}
+        report = {
+            "rank": run.rank,
+            "world_size": run.world_size,
+            "kind": run.kind,
+            "step_loss": run.step_loss,
+            "samples": run.samples,
+            "auc": run.final.get("auc"),
+            "logloss": run.final.get("logloss"),
+        }
         report.update(backend=dist.get_backend(), fingerprint=fingerprint(run.state))
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / f"rank{report['rank']}.json").write_text(json.dumps(report))
         if report["rank"] == 0:
-            print(f"{args.kind} DDP, {report['world_size']} ranks ({report['backend']}), "
-                  f"{len(report['step_loss'])} steps: last loss {report['step_loss'][-1]:.4f}")
+            print(
+                f"{args.kind} DDP, {report['world_size']} ranks ({report['backend']}), "
+                f"{len(report['step_loss'])} steps: last loss {report['step_loss'][-1]:.4f}"
+            )
     finally:
         dist.destroy_process_group()
 

@@ -14,21 +14,54 @@ per rank, enforced), ``draw`` (the all-to-all pattern as a picture), ``timing``
 
 Taught in chapter 07.
 """
+
 from .alltoall import Traffic, exchange, rank_device
 from .base import ShardedEmbeddingBags, full_tables, lookup_unsharded
 from .budget import BudgetExceededError, MemoryBudget
 from .column_wise import ColumnWiseEmbeddingBags
 from .draw import draw_pattern
 from .lookups import LOOKUPS, shard_embeddings
-from .plan import (SHARDING_KINDS, Shard, ShardingPlan, make_plan, place_largest_first, plan_column_wise,
-                   plan_row_wise, plan_table_wise)
+from .plan import (
+    SHARDING_KINDS,
+    Shard,
+    ShardingPlan,
+    make_plan,
+    place_largest_first,
+    plan_column_wise,
+    plan_row_wise,
+    plan_table_wise,
+)
 from .row_wise import RowWiseEmbeddingBags, route
 from .table_wise import TableWiseEmbeddingBags
 from .timing import time_lookup_steps
 from .volume import formula, measured, routed_ids
 
-__all__ = ["SHARDING_KINDS", "Shard", "ShardingPlan", "make_plan", "place_largest_first", "plan_table_wise", "plan_row_wise",
-           "plan_column_wise", "ShardedEmbeddingBags", "TableWiseEmbeddingBags", "RowWiseEmbeddingBags",
-           "ColumnWiseEmbeddingBags", "LOOKUPS", "shard_embeddings", "lookup_unsharded", "full_tables", "route",
-           "Traffic", "exchange", "rank_device", "formula", "measured", "routed_ids", "MemoryBudget",
-           "BudgetExceededError", "draw_pattern", "time_lookup_steps"]
+__all__ = [
+    "SHARDING_KINDS",
+    "Shard",
+    "ShardingPlan",
+    "make_plan",
+    "place_largest_first",
+    "plan_table_wise",
+    "plan_row_wise",
+    "plan_column_wise",
+    "ShardedEmbeddingBags",
+    "TableWiseEmbeddingBags",
+    "RowWiseEmbeddingBags",
+    "ColumnWiseEmbeddingBags",
+    "LOOKUPS",
+    "shard_embeddings",
+    "lookup_unsharded",
+    "full_tables",
+    "route",
+    "Traffic",
+    "exchange",
+    "rank_device",
+    "formula",
+    "measured",
+    "routed_ids",
+    "MemoryBudget",
+    "BudgetExceededError",
+    "draw_pattern",
+    "time_lookup_steps",
+]

@@ -12,9 +12,10 @@ for itself is not counted: it never leaves the process).
 
 Taught in chapter 07 (section 3, the one collective: all-to-all).
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -53,7 +54,9 @@ class Traffic:
 
 def _all_to_all_flat(flat: torch.Tensor, send: list[int], recv: list[int], group) -> torch.Tensor:
     out = flat.new_empty(sum(recv))
-    dist.all_to_all_single(out, flat.contiguous(), output_split_sizes=recv, input_split_sizes=send, group=group)
+    dist.all_to_all_single(
+        out, flat.contiguous(), output_split_sizes=recv, input_split_sizes=send, group=group
+    )
     return out
 
 
@@ -72,8 +75,13 @@ class AllToAll(torch.autograd.Function):
         return _all_to_all_flat(grad, ctx.recv, ctx.send, ctx.group), None, None, None, None
 
 
-def exchange(pieces: Sequence[torch.Tensor], shapes: Sequence[tuple], phase: str,
-             traffic: Traffic | None = None, group=None) -> list[torch.Tensor]:
+def exchange(
+    pieces: Sequence[torch.Tensor],
+    shapes: Sequence[tuple],
+    phase: str,
+    traffic: Traffic | None = None,
+    group=None,
+) -> list[torch.Tensor]:
     """All-to-all: send ``pieces[d]`` to rank ``d``; return the pieces received, one per source rank.
 
     pieces: ``world_size`` tensors of one dtype (any shapes; sent flattened).
@@ -86,8 +94,10 @@ def exchange(pieces: Sequence[torch.Tensor], shapes: Sequence[tuple], phase: str
         raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
     world = dist.get_world_size(group)
     if len(pieces) != world or len(shapes) != world:
-        raise ValueError(f"exchange needs one piece and one shape per rank ({world}), "
-                         f"got {len(pieces)} pieces and {len(shapes)} shapes")
+        raise ValueError(
+            f"exchange needs one piece and one shape per rank ({world}), "
+            f"got {len(pieces)} pieces and {len(shapes)} shapes"
+        )
     send = [p.numel() for p in pieces]
     recv = [int(torch.Size(s).numel()) for s in shapes]
     flat = torch.cat([p.reshape(-1) for p in pieces])
@@ -97,4 +107,4 @@ def exchange(pieces: Sequence[torch.Tensor], shapes: Sequence[tuple], phase: str
         out = AllToAll.apply(flat, send, recv, group, traffic)
     else:
         out = _all_to_all_flat(flat, send, recv, group)
-    return [piece.reshape(shape) for piece, shape in zip(out.split(recv), shapes)]
+    return [piece.reshape(shape) for piece, shape in zip(out.split(recv), shapes, strict=False)]

@@ -10,9 +10,10 @@ Every rank must pass the same ``B`` (the receivers size their buffers from it).
 
 Taught in chapter 07.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -53,27 +54,37 @@ class ShardedEmbeddingBags(nn.Module):
     Must be built inside a process group whose size is the plan's ``world_size``.
     """
 
-    def __init__(self, plan: ShardingPlan, weights=None, *, seed: int = 0, budget=None,
-                 extra_values: int = 0):
+    def __init__(
+        self, plan: ShardingPlan, weights=None, *, seed: int = 0, budget=None, extra_values: int = 0
+    ):
         super().__init__()
         if not dist.is_initialized():
-            raise RuntimeError("a sharded lookup lives in a process group: build it inside a function "
-                               "run by course_utils.launch (or after dist.init_process_group)")
+            raise RuntimeError(
+                "a sharded lookup lives in a process group: build it inside a function "
+                "run by course_utils.launch (or after dist.init_process_group)"
+            )
         self.rank, world = dist.get_rank(), dist.get_world_size()
         if world != plan.world_size:
-            raise ValueError(f"the plan is for {plan.world_size} ranks but the process group has {world}; "
-                             f"make the plan with world_size={world}")
+            raise ValueError(
+                f"the plan is for {plan.world_size} ranks but the process group has {world}; "
+                f"make the plan with world_size={world}"
+            )
         self.plan, self.shards = plan, plan.shards_of(self.rank)
         if budget is not None:  # every rank checks every rank: all refuse together, none waits for the others
             budget.check(plan, extra_values=extra_values)
         self.device = device = rank_device()
         tables = None if weights is None else full_tables(weights)
-        if tables is not None and [tuple(w.shape) for w in tables] != [(n, plan.dim) for n in plan.cardinalities]:
-            raise ValueError("weights do not match the plan: expected tables of shapes "
-                             f"{[(n, plan.dim) for n in plan.cardinalities][:4]}..., got "
-                             f"{[tuple(w.shape) for w in tables][:4]}...")
+        if tables is not None and [tuple(w.shape) for w in tables] != [
+            (n, plan.dim) for n in plan.cardinalities
+        ]:
+            raise ValueError(
+                "weights do not match the plan: expected tables of shapes "
+                f"{[(n, plan.dim) for n in plan.cardinalities][:4]}..., got "
+                f"{[tuple(w.shape) for w in tables][:4]}..."
+            )
         self.weights = nn.ParameterList(
-            nn.Parameter(self._initial(s, tables, seed).to(device)) for s in self.shards)
+            nn.Parameter(self._initial(s, tables, seed).to(device)) for s in self.shards
+        )
         self.traffic = Traffic(world, self.rank)
 
     @torch.no_grad()
@@ -91,8 +102,10 @@ class ShardedEmbeddingBags(nn.Module):
 
     def shard_gradients(self) -> list:
         """``[(shard, grad)]`` for this rank's shards (grad None before a backward pass)."""
-        return [(s, w.grad) for s, w in zip(self.shards, self.weights)]
+        return [(s, w.grad) for s, w in zip(self.shards, self.weights, strict=False)]
 
     def extra_repr(self) -> str:
-        return (f"{self.plan.kind}, rank {self.rank} of {self.plan.world_size}, "
-                f"{len(self.shards)} shard(s), {sum(w.numel() for w in self.weights):,} values")
+        return (
+            f"{self.plan.kind}, rank {self.rank} of {self.plan.world_size}, "
+            f"{len(self.shards)} shard(s), {sum(w.numel() for w in self.weights):,} values"
+        )

@@ -8,6 +8,7 @@ checks the tensors a rank really holds after a training step.
 
 Taught in chapter 07 (section 12, capstone: tables that do not fit one rank).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ class BudgetExceededError(MemoryError):
 @dataclass(frozen=True)
 class MemoryBudget:
     """At most ``bytes_per_rank`` bytes of weights + gradients + ``optimizer`` state per rank."""
+
     bytes_per_rank: int
     optimizer: str = "adam"
     itemsize: int = 4
@@ -48,7 +50,9 @@ class MemoryBudget:
     def need(self, plan: ShardingPlan, extra_values: int = 0) -> list[int]:
         """Training bytes each rank needs under ``plan`` (``extra_values``: other parameters
         every rank holds, such as replicated dense layers)."""
-        return [self.training_bytes(b // self.itemsize + extra_values) for b in plan.bytes_per_rank(self.itemsize)]
+        return [
+            self.training_bytes(b // self.itemsize + extra_values) for b in plan.bytes_per_rank(self.itemsize)
+        ]
 
     def check(self, plan: ShardingPlan, extra_values: int = 0) -> None:
         """Raise :class:`BudgetExceededError` if any rank would exceed the budget."""
@@ -58,13 +62,17 @@ class MemoryBudget:
             return
         r = over[0]
         what = f"weights + gradients + {self.optimizer} state, x{self.copies}"
-        msg = (f"rank {r} would need {format_bytes(need[r])} ({what}) under this {plan.kind.replace('_', '-')} "
-               f"plan, over its budget of {format_bytes(self.bytes_per_rank)}. ")
+        msg = (
+            f"rank {r} would need {format_bytes(need[r])} ({what}) under this {plan.kind.replace('_', '-')} "
+            f"plan, over its budget of {format_bytes(self.bytes_per_rank)}. "
+        )
         biggest = max(range(plan.n_tables), key=lambda t: plan.cardinalities[t])
         alone = self.training_bytes(plan.cardinalities[biggest] * plan.dim + extra_values)
         if plan.kind == "table_wise" and alone > self.bytes_per_rank:
-            msg += (f"Table {biggest} alone needs {format_bytes(alone)}: no table-wise plan can fit; "
-                    "shard it row-wise or column-wise.")
+            msg += (
+                f"Table {biggest} alone needs {format_bytes(alone)}: no table-wise plan can fit; "
+                "shard it row-wise or column-wise."
+            )
         else:
             msg += "Use more ranks, row-wise or column-wise sharding, or a leaner optimizer."
         raise BudgetExceededError(msg)
@@ -75,14 +83,20 @@ class MemoryBudget:
         total = sum(p.numel() * p.element_size() for p in params)
         total += sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
         if optimizer is not None:
-            total += sum(v.numel() * v.element_size() for p in params for v in optimizer.state.get(p, {}).values()
-                         if torch.is_tensor(v) and v.dim() > 0)
+            total += sum(
+                v.numel() * v.element_size()
+                for p in params
+                for v in optimizer.state.get(p, {}).values()
+                if torch.is_tensor(v) and v.dim() > 0
+            )
         return total
 
     def enforce(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> int:
         """Measure :meth:`held`; raise :class:`BudgetExceededError` if over budget, else return it."""
         held = self.held(module, optimizer)
         if held > self.bytes_per_rank:
-            raise BudgetExceededError(f"this rank holds {format_bytes(held)} of parameters, gradients and "
-                                      f"optimizer state, over its budget of {format_bytes(self.bytes_per_rank)}")
+            raise BudgetExceededError(
+                f"this rank holds {format_bytes(held)} of parameters, gradients and "
+                f"optimizer state, over its budget of {format_bytes(self.bytes_per_rank)}"
+            )
         return held

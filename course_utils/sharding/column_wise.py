@@ -13,13 +13,14 @@ every rank does an equal share of the lookups whatever the table sizes.
 
 Taught in chapter 07 (section 6, column-wise).
 """
+
 from __future__ import annotations
 
 import torch
 from torch.nn import functional as F
 
-from .base import ShardedEmbeddingBags
 from .alltoall import exchange
+from .base import ShardedEmbeddingBags
 
 __all__ = ["ColumnWiseEmbeddingBags"]
 
@@ -31,11 +32,17 @@ class ColumnWiseEmbeddingBags(ShardedEmbeddingBags):
         bags = self._bags(ids)
         B, T, L = bags.shape
         W = self.plan.world_size
-        got = exchange([bags] * W, [(B, T, L)] * W, "ids", self.traffic)       # 1. ids out
-        every_batch = torch.cat(got)                                            # [W * B, T, L]
-        pooled = torch.stack([F.embedding_bag(every_batch[:, t], w, mode="sum")  # 2. look up
-                              for t, w in enumerate(self.weights)], dim=1)      # [W * B, T, D_mine]
+        got = exchange([bags] * W, [(B, T, L)] * W, "ids", self.traffic)  # 1. ids out
+        every_batch = torch.cat(got)  # [W * B, T, L]
+        pooled = torch.stack(
+            [
+                F.embedding_bag(every_batch[:, t], w, mode="sum")  # 2. look up
+                for t, w in enumerate(self.weights)
+            ],
+            dim=1,
+        )  # [W * B, T, D_mine]
         widths = [self.plan.shards_of(s)[0].num_cols for s in range(W)]
-        back = exchange(list(pooled.split(B)), [(B, T, widths[s]) for s in range(W)],
-                        "embeddings", self.traffic)                             # 3. pooled back
+        back = exchange(
+            list(pooled.split(B)), [(B, T, widths[s]) for s in range(W)], "embeddings", self.traffic
+        )  # 3. pooled back
         return torch.cat(back, dim=2)

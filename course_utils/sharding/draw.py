@@ -2,16 +2,20 @@
 
 Taught in chapter 07 (section 8, bytes moved per step).
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .volume import matrix
 
 __all__ = ["draw_pattern"]
 
-PANELS = (("ids out", ("counts", "ids")), ("pooled embeddings back", ("embeddings",)),
-          ("gradients (backward)", ("gradients",)))
+PANELS = (
+    ("ids out", ("counts", "ids")),
+    ("pooled embeddings back", ("embeddings",)),
+    ("gradients (backward)", ("gradients",)),
+)
 
 
 def draw_pattern(traffic_by_kind: dict, title: str = ""):
@@ -29,11 +33,17 @@ def draw_pattern(traffic_by_kind: dict, title: str = ""):
         for col, (name, phases) in enumerate(PANELS):
             m = matrix(per_rank, phases)
             ax = axes[row][col]
-            ax.imshow(m, cmap="Blues", vmin=0, vmax=max(top, 1) * 1.3)       # one scale for all panels
+            ax.imshow(m, cmap="Blues", vmin=0, vmax=max(top, 1) * 1.3)  # one scale for all panels
             for s, line in enumerate(m):
                 for d, nbytes in enumerate(line):
-                    ax.text(d, s, "-" if s == d else f"{nbytes / 1024:.1f}K" if nbytes >= 1024 else str(nbytes),
-                            ha="center", va="center", fontsize=8)
+                    ax.text(
+                        d,
+                        s,
+                        "-" if s == d else f"{nbytes / 1024:.1f}K" if nbytes >= 1024 else str(nbytes),
+                        ha="center",
+                        va="center",
+                        fontsize=8,
+                    )
             ax.set_xticks(range(len(m)))
             ax.set_yticks(range(len(m)))
             ax.set_title(f"{kind.replace('_', '-')}: {name}", fontsize=9)

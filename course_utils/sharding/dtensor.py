@@ -8,6 +8,7 @@ named by their table, in the form ``course_utils.checkpoint.save_sharded`` takes
 
 Taught in chapter 08 (section 3, sharded state).
 """
+
 from __future__ import annotations
 
 import functools
@@ -17,7 +18,7 @@ import torch
 
 __all__ = ["as_dtensor", "device_mesh", "checkpoint_entries"]
 
-_MESHES = weakref.WeakKeyDictionary()   # one device mesh per lookup: all its ranks, in order
+_MESHES = weakref.WeakKeyDictionary()  # one device mesh per lookup: all its ranks, in order
 
 
 def as_dtensor(bags, index: int, local: torch.Tensor):
@@ -31,12 +32,20 @@ def as_dtensor(bags, index: int, local: torch.Tensor):
     if plan.kind == "table_wise":
         return local
     if plan.kind == "row_wise" and plan.row_split == "hash":
-        raise ValueError("a hash (modulo) row split gives each rank every W-th row, which DTensor cannot "
-                         "describe (its shards are contiguous blocks); checkpoint a range-split plan")
+        raise ValueError(
+            "a hash (modulo) row split gives each rank every W-th row, which DTensor cannot "
+            "describe (its shards are contiguous blocks); checkpoint a range-split plan"
+        )
     shape = (plan.cardinalities[bags.shards[index].table], plan.dim)
     placement = Shard(0 if plan.kind == "row_wise" else 1)
-    return DTensor.from_local(local, device_mesh(bags, local.device.type), [placement],
-                              run_check=False, shape=shape, stride=(plan.dim, 1))
+    return DTensor.from_local(
+        local,
+        device_mesh(bags, local.device.type),
+        [placement],
+        run_check=False,
+        shape=shape,
+        stride=(plan.dim, 1),
+    )
 
 
 def device_mesh(bags, device_type: str):
@@ -52,5 +61,7 @@ def checkpoint_entries(bags, prefix: str = "embeddings") -> list:
     """``[(name, weight, place)]`` for this rank's shards of ``bags`` (a ``ShardedEmbeddingBags``):
     each named by its table (``<prefix>.table3``, the same on every rank and in every plan), with
     ``place`` turning the shard (or optimizer state shaped like it) into its DTensor."""
-    return [(f"{prefix}.table{shard.table}", weight, functools.partial(as_dtensor, bags, i))
-            for i, (shard, weight) in enumerate(zip(bags.shards, bags.weights))]
+    return [
+        (f"{prefix}.table{shard.table}", weight, functools.partial(as_dtensor, bags, i))
+        for i, (shard, weight) in enumerate(zip(bags.shards, bags.weights, strict=False))
+    ]

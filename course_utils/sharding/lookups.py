@@ -2,6 +2,7 @@
 
 Taught in chapter 07 (section 7, each sharded lookup against the unsharded one).
 """
+
 from __future__ import annotations
 
 from .base import ShardedEmbeddingBags
@@ -12,8 +13,11 @@ from .table_wise import TableWiseEmbeddingBags
 
 __all__ = ["LOOKUPS", "shard_embeddings"]
 
-LOOKUPS = {"table_wise": TableWiseEmbeddingBags, "row_wise": RowWiseEmbeddingBags,
-           "column_wise": ColumnWiseEmbeddingBags}
+LOOKUPS = {
+    "table_wise": TableWiseEmbeddingBags,
+    "row_wise": RowWiseEmbeddingBags,
+    "column_wise": ColumnWiseEmbeddingBags,
+}
 
 
 def shard_embeddings(plan: ShardingPlan, weights=None, **options) -> ShardedEmbeddingBags:

@@ -16,17 +16,26 @@ compare a sharded lookup (and its gradients) with the unsharded one.
 
 Taught in chapter 07 (section 2, three ways to cut the tables).
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
 from ..checks import check_sizes, check_whole
 
-__all__ = ["SHARDING_KINDS", "Shard", "ShardingPlan", "place_largest_first", "plan_table_wise", "plan_row_wise", "plan_column_wise",
-           "make_plan"]
+__all__ = [
+    "SHARDING_KINDS",
+    "Shard",
+    "ShardingPlan",
+    "place_largest_first",
+    "plan_table_wise",
+    "plan_row_wise",
+    "plan_column_wise",
+    "make_plan",
+]
 
 SHARDING_KINDS = ("table_wise", "row_wise", "column_wise")
 
@@ -37,6 +46,7 @@ class Shard:
 
     ``stride`` is 1 for a block of rows, ``world_size`` for a hash (modulo) shard.
     """
+
     table: int
     rank: int
     rows: tuple
@@ -57,7 +67,7 @@ class Shard:
 
     def of(self, full: torch.Tensor) -> torch.Tensor:
         """This shard's piece of the unsharded table ``full [N, D]`` (a view): ``[num_rows, num_cols]``."""
-        return full[self.rows[0]:self.rows[1]:self.stride, self.cols[0]:self.cols[1]]
+        return full[self.rows[0] : self.rows[1] : self.stride, self.cols[0] : self.cols[1]]
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,7 @@ class ShardingPlan:
     kind: one of :data:`SHARDING_KINDS`. row_split: ``"range"`` or ``"hash"`` (row-wise only).
     shards: every shard, ordered by rank, then table.
     """
+
     kind: str
     cardinalities: tuple
     dim: int
@@ -105,16 +116,18 @@ class ShardingPlan:
 
     def describe(self) -> str:
         """One line per rank: which pieces of which tables it holds, and their size."""
-        lines = [f"{self.kind.replace('_', '-')} plan"
-                 + (f" ({self.row_split} split)" if self.kind == "row_wise" else "")
-                 + f": {self.n_tables} tables x dim {self.dim} over {self.world_size} ranks"]
+        lines = [
+            f"{self.kind.replace('_', '-')} plan"
+            + (f" ({self.row_split} split)" if self.kind == "row_wise" else "")
+            + f": {self.n_tables} tables x dim {self.dim} over {self.world_size} ranks"
+        ]
         for rank, nbytes in enumerate(self.bytes_per_rank()):
             parts = []
             for s in self.shards_of(rank):
                 if self.kind == "table_wise":
                     parts.append(f"t{s.table}")
                 elif self.kind == "row_wise":
-                    rows = (f"{s.rows[0]}::{s.stride}" if s.stride > 1 else f"{s.rows[0]}:{s.rows[1]}")
+                    rows = f"{s.rows[0]}::{s.stride}" if s.stride > 1 else f"{s.rows[0]}:{s.rows[1]}"
                     parts.append(f"t{s.table}[{rows}]")
                 else:
                     parts.append(f"t{s.table}[:, {s.cols[0]}:{s.cols[1]}]")
@@ -149,10 +162,14 @@ def plan_table_wise(cardinalities: Sequence[int], dim: int, world_size: int) -> 
     cards = _check(cardinalities, dim, world_size)
     owner = place_largest_first(cards, world_size)
     shards = [Shard(t, owner[t], (0, cards[t]), (0, dim)) for t in range(len(cards))]
-    return ShardingPlan("table_wise", cards, dim, world_size, tuple(sorted(shards, key=lambda s: (s.rank, s.table))))
+    return ShardingPlan(
+        "table_wise", cards, dim, world_size, tuple(sorted(shards, key=lambda s: (s.rank, s.table)))
+    )
 
 
-def plan_row_wise(cardinalities: Sequence[int], dim: int, world_size: int, split: str = "range") -> ShardingPlan:
+def plan_row_wise(
+    cardinalities: Sequence[int], dim: int, world_size: int, split: str = "range"
+) -> ShardingPlan:
     """Every table cut into one row shard per rank: blocks of ``ceil(N / W)`` rows
     (``split="range"``; the last blocks may be smaller, even empty) or ``id % W`` (``"hash"``)."""
     cards = _check(cardinalities, dim, world_size)
@@ -174,11 +191,16 @@ def plan_column_wise(cardinalities: Sequence[int], dim: int, world_size: int) ->
     cards = _check(cardinalities, dim, world_size)
     block = _ceil_div(dim, world_size)
     if block * (world_size - 1) >= dim:
-        raise ValueError(f"column-wise sharding of dim {dim} over {world_size} ranks leaves a rank "
-                         f"without columns (blocks of {block}); use dim >= {block * (world_size - 1) + 1}, "
-                         "fewer ranks, or row-wise sharding")
-    shards = [Shard(t, rank, (0, n), (rank * block, min((rank + 1) * block, dim)))
-              for rank in range(world_size) for t, n in enumerate(cards)]
+        raise ValueError(
+            f"column-wise sharding of dim {dim} over {world_size} ranks leaves a rank "
+            f"without columns (blocks of {block}); use dim >= {block * (world_size - 1) + 1}, "
+            "fewer ranks, or row-wise sharding"
+        )
+    shards = [
+        Shard(t, rank, (0, n), (rank * block, min((rank + 1) * block, dim)))
+        for rank in range(world_size)
+        for t, n in enumerate(cards)
+    ]
     return ShardingPlan("column_wise", cards, dim, world_size, tuple(shards))
 
 

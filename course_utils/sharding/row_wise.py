@@ -17,13 +17,14 @@ distribution's small ids) to rank 0, a hash split spreads them out.
 
 Taught in chapter 07 (section 5, row-wise).
 """
+
 from __future__ import annotations
 
 import torch
 from torch.nn import functional as F
 
-from .base import ShardedEmbeddingBags
 from .alltoall import exchange
+from .base import ShardedEmbeddingBags
 from .plan import ShardingPlan
 
 __all__ = ["RowWiseEmbeddingBags", "route"]
@@ -50,22 +51,24 @@ class RowWiseEmbeddingBags(ShardedEmbeddingBags):
         B, T, L = bags.shape
         W, D = self.plan.world_size, self.plan.dim
         owner, local = route(self.plan, bags)
-        bag = (torch.arange(T, device=bags.device).view(1, T, 1) * B
-               + torch.arange(B, device=bags.device).view(B, 1, 1)).expand(B, T, L)
+        bag = (
+            torch.arange(T, device=bags.device).view(1, T, 1) * B
+            + torch.arange(B, device=bags.device).view(B, 1, 1)
+        ).expand(B, T, L)
         by_owner = owner.flatten().argsort(stable=True)
-        pairs = torch.stack([bag.flatten(), local.flatten()], dim=1)[by_owner]   # [B*T*L, 2]
-        counts = torch.bincount(owner.flatten(), minlength=W)                   # [W]
-        incoming = exchange(list(counts.split(1)), [(1,)] * W, "counts", self.traffic)   # 1.
+        pairs = torch.stack([bag.flatten(), local.flatten()], dim=1)[by_owner]  # [B*T*L, 2]
+        counts = torch.bincount(owner.flatten(), minlength=W)  # [W]
+        incoming = exchange(list(counts.split(1)), [(1,)] * W, "counts", self.traffic)  # 1.
         n_in = [int(c) for c in incoming]
-        got = exchange(list(pairs.split(counts.tolist())), [(n, 2) for n in n_in],
-                       "ids", self.traffic)                                       # 2.
+        got = exchange(list(pairs.split(counts.tolist())), [(n, 2) for n in n_in], "ids", self.traffic)  # 2.
         source = torch.cat([torch.full((n,), s, device=bags.device) for s, n in enumerate(n_in)])
         got = torch.cat(got)
-        slot, rows = source * T * B + got[:, 0], got[:, 1]                        # where each sum goes
+        slot, rows = source * T * B + got[:, 0], got[:, 1]  # where each sum goes
         partial = torch.zeros(W * T * B, D, device=bags.device)
-        for t, w in enumerate(self.weights):                                      # 3. (shard t = table t)
+        for t, w in enumerate(self.weights):  # 3. (shard t = table t)
             mine = got[:, 0] // B == t
             partial = partial.index_add(0, slot[mine], F.embedding(rows[mine], w))
-        back = exchange(list(partial.view(W, T, B, D).unbind(0)), [(T, B, D)] * W,
-                        "embeddings", self.traffic)                               # 4.
-        return torch.stack(back).sum(0).transpose(0, 1)                           # [B, T, D]
+        back = exchange(
+            list(partial.view(W, T, B, D).unbind(0)), [(T, B, D)] * W, "embeddings", self.traffic
+        )  # 4.
+        return torch.stack(back).sum(0).transpose(0, 1)  # [B, T, D]

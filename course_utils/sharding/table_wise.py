@@ -11,13 +11,14 @@ all-to-all), which sums the rows it looked up for all ranks into its table's gra
 
 Taught in chapter 07 (section 4, table-wise).
 """
+
 from __future__ import annotations
 
 import torch
 from torch.nn import functional as F
 
-from .base import ShardedEmbeddingBags
 from .alltoall import exchange
+from .base import ShardedEmbeddingBags
 
 __all__ = ["TableWiseEmbeddingBags"]
 
@@ -29,17 +30,28 @@ class TableWiseEmbeddingBags(ShardedEmbeddingBags):
         bags = self._bags(ids)
         B, T, L = bags.shape
         W, D = self.plan.world_size, self.plan.dim
-        owned = [self.plan.tables_of(s) for s in range(W)]             # tables of each rank
-        got = exchange([bags[:, owned[s]] for s in range(W)],           # 1. ids out
-                       [(B, len(owned[self.rank]), L)] * W, "ids", self.traffic)
-        every_batch = torch.cat(got)                                    # [W * B, T_mine, L]
-        if len(self.weights):                                           # 2. look up
-            pooled = torch.stack([F.embedding_bag(every_batch[:, j], w, mode="sum")
-                                  for j, w in enumerate(self.weights)], dim=1)
+        owned = [self.plan.tables_of(s) for s in range(W)]  # tables of each rank
+        got = exchange(
+            [bags[:, owned[s]] for s in range(W)],  # 1. ids out
+            [(B, len(owned[self.rank]), L)] * W,
+            "ids",
+            self.traffic,
+        )
+        every_batch = torch.cat(got)  # [W * B, T_mine, L]
+        if len(self.weights):  # 2. look up
+            pooled = torch.stack(
+                [F.embedding_bag(every_batch[:, j], w, mode="sum") for j, w in enumerate(self.weights)], dim=1
+            )
         else:  # no table here: nothing to send, but backward's reverse all-to-all needs this rank too
-            pooled = every_batch.new_zeros((W * B, 0, D), dtype=torch.float32).requires_grad_(torch.is_grad_enabled())
-        back = exchange(list(pooled.split(B)),                          # 3. pooled embeddings back
-                        [(B, len(owned[s]), D) for s in range(W)], "embeddings", self.traffic)
-        order = [t for s in range(W) for t in owned[s]]                 # table of each column of cat(back)
+            pooled = every_batch.new_zeros((W * B, 0, D), dtype=torch.float32).requires_grad_(
+                torch.is_grad_enabled()
+            )
+        back = exchange(
+            list(pooled.split(B)),  # 3. pooled embeddings back
+            [(B, len(owned[s]), D) for s in range(W)],
+            "embeddings",
+            self.traffic,
+        )
+        order = [t for s in range(W) for t in owned[s]]  # table of each column of cat(back)
         where = torch.tensor(order).argsort()
         return torch.cat(back, dim=1)[:, where.to(bags.device)]

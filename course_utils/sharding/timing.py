@@ -2,6 +2,7 @@
 
 Taught in chapter 07 (section 9, skew: where the ids land).
 """
+
 from __future__ import annotations
 
 import time
@@ -17,8 +18,9 @@ from .volume import routed_ids
 __all__ = ["time_lookup_steps"]
 
 
-def time_lookup_steps(kind: str, options: dict, cardinalities, dim: int, batch: int, steps: int,
-                      warmup: int = 2) -> tuple[list[float], dict, list | None]:
+def time_lookup_steps(
+    kind: str, options: dict, cardinalities, dim: int, batch: int, steps: int, warmup: int = 2
+) -> tuple[list[float], dict, list | None]:
     """Run in every rank: ``warmup + steps`` forward + backward passes of the sharded lookup on
     each rank's own ``batch`` rows of synthetic (Zipf) ids, each step between two barriers.
 
@@ -27,10 +29,12 @@ def time_lookup_steps(kind: str, options: dict, cardinalities, dim: int, batch: 
     ids (``routed_ids``) that the byte formula needs.
     """
     rank, world = dist.get_rank(), dist.get_world_size()
-    logs = data.make_click_logs(batch * world * (steps + warmup), seed=0, cardinalities=cardinalities, n_dense=1)
+    logs = data.make_click_logs(
+        batch * world * (steps + warmup), seed=0, cardinalities=cardinalities, n_dense=1
+    )
     plan = make_plan(kind, cardinalities, dim, world, **options)
     lookup = shard_embeddings(plan, seed=0)
-    ids = torch.from_numpy(logs.sparse).view(steps + warmup, world, batch, -1)   # [step, rank, B, T]
+    ids = torch.from_numpy(logs.sparse).view(steps + warmup, world, batch, -1)  # [step, rank, B, T]
     seconds = []
     for step in range(steps + warmup):
         lookup.traffic.reset()

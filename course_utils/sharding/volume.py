@@ -20,9 +20,10 @@ live on rank ``s`` (:func:`routed_ids`).
 
 Taught in chapter 07 (section 8, bytes moved per step: formula and measurement).
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -45,8 +46,15 @@ def routed_ids(plan: ShardingPlan, ids_per_rank: Sequence[torch.Tensor]) -> list
     return out
 
 
-def formula(kind: str, batch_per_rank: int, n_tables: int, dim: int, world_size: int,
-            pooling: int = 1, routed: Sequence[Sequence[int]] | None = None) -> dict:
+def formula(
+    kind: str,
+    batch_per_rank: int,
+    n_tables: int,
+    dim: int,
+    world_size: int,
+    pooling: int = 1,
+    routed: Sequence[Sequence[int]] | None = None,
+) -> dict:
     """Bytes one training step moves between ranks, by phase, summed over all ranks.
 
     Returns ``{"counts", "ids", "embeddings", "gradients", "total"}`` (ints). Row-wise
@@ -56,13 +64,20 @@ def formula(kind: str, batch_per_rank: int, n_tables: int, dim: int, world_size:
     if kind == "table_wise":
         out = dict(counts=0, ids=ID_BYTES * B * T * L * (W - 1), embeddings=VALUE_BYTES * B * T * D * (W - 1))
     elif kind == "column_wise":
-        out = dict(counts=0, ids=ID_BYTES * B * T * L * W * (W - 1), embeddings=VALUE_BYTES * B * T * D * (W - 1))
+        out = dict(
+            counts=0, ids=ID_BYTES * B * T * L * W * (W - 1), embeddings=VALUE_BYTES * B * T * D * (W - 1)
+        )
     elif kind == "row_wise":
         if routed is None or len(routed) != W:
-            raise ValueError("row-wise traffic depends on where the ids live: pass routed=routed_ids(plan, ids_per_rank)")
+            raise ValueError(
+                "row-wise traffic depends on where the ids live: pass routed=routed_ids(plan, ids_per_rank)"
+            )
         off_rank = sum(n for r, row in enumerate(routed) for s, n in enumerate(row) if s != r)
-        out = dict(counts=ID_BYTES * W * (W - 1), ids=2 * ID_BYTES * off_rank,
-                   embeddings=VALUE_BYTES * B * T * D * W * (W - 1))
+        out = dict(
+            counts=ID_BYTES * W * (W - 1),
+            ids=2 * ID_BYTES * off_rank,
+            embeddings=VALUE_BYTES * B * T * D * W * (W - 1),
+        )
     else:
         raise ValueError(f"unknown sharding kind {kind!r}; choose table_wise, row_wise or column_wise")
     out["gradients"] = out["embeddings"]

@@ -3,6 +3,7 @@
 Run them on a GPU machine with ``python -m pytest tests/gpu -m gpu -v``. They reuse the
 rank functions of the CPU tests (``tests/``), which is why that folder is put on the path.
 """
+
 import sys
 from pathlib import Path
 

@@ -3,6 +3,7 @@
 Stored outputs are not compared (they were made on a CPU); a cell that raises fails the test.
 ``python -m pytest tests/gpu -m gpu`` runs this with the rest of the GPU set.
 """
+
 from pathlib import Path
 
 import pytest
@@ -17,5 +18,7 @@ def test_chapter_runs_to_its_last_cell(chapter, tmp_path):
     from nbclient import NotebookClient
 
     notebook = nbformat.read(chapter, as_version=4)
-    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(chapter.parent)}}).execute()
+    NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(chapter.parent)}}
+    ).execute()
     assert any(c.get("outputs") for c in notebook.cells if c.cell_type == "code")

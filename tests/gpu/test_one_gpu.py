@@ -1,4 +1,5 @@
 """One GPU: launching from a notebook that touched CUDA, fallbacks, timers, results on the CPU."""
+
 import subprocess
 import sys
 import textwrap
@@ -14,8 +15,9 @@ pytestmark = pytest.mark.gpu(1)
 
 def _fresh(code: str) -> list[str]:
     """Run ``code`` with ``-c`` (``__main__`` without a file, as in a notebook); its printed lines."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout.splitlines()
 
@@ -67,18 +69,20 @@ def _where():
     import torch.distributed as dist
 
     from course_utils.hardware import rank_device
+
     return dist.get_backend(), str(rank_device())
 
 
 def test_more_ranks_than_gpus_falls_back_to_gloo_on_the_cpu():
     from course_utils import gpu_count
+
     n = gpu_count() + 1
     assert launch(_where, world_size=n, show_output=False) == [("gloo", "cpu")] * n
 
 
 def test_timers_charge_gpu_work_to_the_step_that_queued_it():
     device = torch.device("cuda", 0)
-    torch.cuda._sleep(1000)                   # warm up
+    torch.cuda._sleep(1000)  # warm up
     torch.cuda.synchronize(device)
     cycles = int(torch.cuda.clock_rate() * 1e3 * 0.05) if hasattr(torch.cuda, "clock_rate") else 50_000_000
     with Stopwatch(device) as synced:
@@ -86,7 +90,7 @@ def test_timers_charge_gpu_work_to_the_step_that_queued_it():
     span = CudaSpan(device).start()
     torch.cuda._sleep(cycles)
     start_ms, end_ms = span.end().interval()
-    with Stopwatch() as unsynced:             # no device: reads the clock while the GPU still works
+    with Stopwatch() as unsynced:  # no device: reads the clock while the GPU still works
         torch.cuda._sleep(cycles)
     torch.cuda.synchronize(device)
     assert synced.seconds > 10 * unsynced.seconds
@@ -95,7 +99,9 @@ def test_timers_charge_gpu_work_to_the_step_that_queued_it():
 
 def test_two_stand_in_nodes_on_one_gpu_train_with_gloo():
     from course_utils.scripts import runner
-    run = runner.run_torchrun(module="course_utils.scripts.train_ddp", nproc_per_node=1, nnodes=2,
-                              rendezvous="c10d", timeout=300)
-    assert [r["backend"] for r in run.reports] == ["gloo", "gloo"]      # never two ranks on cuda:0
+
+    run = runner.run_torchrun(
+        module="course_utils.scripts.train_ddp", nproc_per_node=1, nnodes=2, rendezvous="c10d", timeout=300
+    )
+    assert [r["backend"] for r in run.reports] == ["gloo", "gloo"]  # never two ranks on cuda:0
     assert run.reports[0]["fingerprint"] == run.reports[1]["fingerprint"]

@@ -3,6 +3,7 @@
 The rank functions are the CPU tests' own; ``launch`` picks NCCL here because every rank
 gets a GPU, so these runs exercise the NCCL and CUDA paths of the same code.
 """
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -15,16 +16,21 @@ pytestmark = pytest.mark.gpu(2)
 
 def _who():
     from course_utils.hardware import rank_device
+
     return dist.get_backend(), str(rank_device()), torch.cuda.current_device()
 
 
 def test_nccl_ranks_on_distinct_gpus():
-    assert launch(_who, world_size=2) == [("cpu:gloo,cuda:nccl", "cuda:0", 0), ("cpu:gloo,cuda:nccl", "cuda:1", 1)]
+    assert launch(_who, world_size=2) == [
+        ("cpu:gloo,cuda:nccl", "cuda:0", 0),
+        ("cpu:gloo,cuda:nccl", "cuda:1", 1),
+    ]
 
 
 def _ring_on_cuda(sizes):
     from course_utils.collectives import ring_all_reduce
     from course_utils.hardware import rank_device
+
     worst = 0.0
     for numel in sizes:
         g = torch.Generator().manual_seed(numel + dist.get_rank())
@@ -37,12 +43,13 @@ def _ring_on_cuda(sizes):
 
 
 def test_ring_equals_all_reduce_from_1_kb_to_64_mb():
-    sizes = [256 << k for k in range(0, 17, 2)]          # 1 KB .. 64 MB of float32
+    sizes = [256 << k for k in range(0, 17, 2)]  # 1 KB .. 64 MB of float32
     assert max(launch(_ring_on_cuda, sizes, world_size=2, timeout=300)) < 1e-5
 
 
 def test_ddp_naive_bucketed_and_torch_agree_with_one_process():
     import test_ddp
+
     logs = test_ddp.data.make_click_logs(8192, seed=0, cardinalities=test_ddp.CARDS, n_dense=4)
     per_rank = launch(test_ddp.every_kind, logs, test_ddp.SGD, world_size=2, timeout=300)
     single = test_ddp.train_single(logs, test_ddp.CONFIG, test_ddp.SGD, world_size=2)
@@ -52,13 +59,17 @@ def test_ddp_naive_bucketed_and_torch_agree_with_one_process():
 
 def test_data_parallel_by_hand_equals_one_gpu():
     import test_data_parallel as t
+
     from course_utils import data
-    t.test_by_hand_equals_nn_data_parallel_on_two_gpus(data.make_click_logs(4096, seed=0, cardinalities=t.CARDS,
-                                                                             n_dense=4))
+
+    t.test_by_hand_equals_nn_data_parallel_on_two_gpus(
+        data.make_click_logs(4096, seed=0, cardinalities=t.CARDS, n_dense=4)
+    )
 
 
 def test_model_parallel_split_equals_the_whole_model():
     from course_utils.model_parallel import VerticalSplit
+
     devs = devices(2)
     torch.manual_seed(0)
     whole = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
@@ -70,12 +81,13 @@ def test_model_parallel_split_equals_the_whole_model():
     out = split(x)
     torch.testing.assert_close(out.to(devs[0]), whole(x))
     nn.functional.mse_loss(out.to(devs[0]), y).backward()
-    for p, q in zip(nn.Sequential(*split.parts).parameters(), whole.parameters()):
+    for p, q in zip(nn.Sequential(*split.parts).parameters(), whole.parameters(), strict=False):
         torch.testing.assert_close(p.grad.to(devs[0]), q.grad)
 
 
 def test_1f1b_executor_at_width_2048_finishes_with_equal_gradients():
     from course_utils.pipeline import MLPConfig, one_f_one_b, reference_step, run_schedule
+
     config = MLPConfig(width=2048, layers=4, batch=64, seed=3)
     run = run_schedule(one_f_one_b(2, 4), config, steps=1, warmup=0, timeout=300)
     ref_loss, ref_grads = reference_step(config)
@@ -86,20 +98,24 @@ def test_1f1b_executor_at_width_2048_finishes_with_equal_gradients():
 
 def test_torch_pipelining_on_two_gpus():
     import test_pipeline_executor as t
+
     from course_utils.pipeline import one_f_one_b, reference_step
+
     t.test_torch_pipelining_agrees_with_the_executor(one_f_one_b(2, 4), reference_step(t.CONFIG))
 
 
 @pytest.mark.parametrize("case", range(4), ids=["table", "column", "row-range", "row-hash"])
 def test_sharding_on_two_gpus(case):
     import test_sharding as t
+
     kind, options = t.CASES[case]
     t.test_sharded_lookup_equals_unsharded_and_bytes_match_formula(kind, options, 2)
 
 
 def test_hybrid_on_two_gpus():
     import test_hybrid as t
-    model = t.DLRM(t.CARDS, seed=0)                     # the CPU test's single-process reference
+
+    model = t.DLRM(t.CARDS, seed=0)  # the CPU test's single-process reference
     history = t.train.train(model, t.TRAIN, batch_size=t.BATCH, lr=t.LR, eval_data=t.TEST)
     for kind in ("table_wise", "row_wise", "column_wise"):
         t.test_hybrid_training_equals_single_process(kind, 2, (model, history))
@@ -107,12 +123,15 @@ def test_hybrid_on_two_gpus():
 
 def test_dcp_round_trip_on_cuda(tmp_path):
     import test_checkpoint as t
+
     t.test_sharded_dcp_resume_is_bit_identical_2_ranks(tmp_path, "row_wise")
 
 
 def test_two_local_nodes_get_distinct_gpus_and_nccl():
     from course_utils.scripts import runner
-    run = runner.run_torchrun(module="course_utils.scripts.train_ddp", nproc_per_node=1, nnodes=2,
-                              rendezvous="c10d", timeout=300)
+
+    run = runner.run_torchrun(
+        module="course_utils.scripts.train_ddp", nproc_per_node=1, nnodes=2, rendezvous="c10d", timeout=300
+    )
     assert [r["backend"] for r in run.reports] == ["cpu:gloo,cuda:nccl"] * 2
     assert run.reports[0]["fingerprint"] == run.reports[1]["fingerprint"]
