@@ -30,8 +30,6 @@ from .schedules import (
     gpipe,
     interleaved_1f1b,
     one_f_one_b,
-    run_in_order,
-    validate,
     zero_bubble_h1,
 )
 from .simulate import (
@@ -45,6 +43,7 @@ from .simulate import (
 )
 from .timeline import Event, Timeline
 from .trace import chrome_trace
+from .validate import run_in_order, validate
 
 __all__ = [
     "Action",

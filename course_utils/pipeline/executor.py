@@ -51,7 +51,8 @@ from torch import nn
 from ..timing import CudaSpan, synchronize
 from .lowering import consumer_stage, lower
 from .mlp import MLPConfig, loss_fn
-from .schedules import ACTION_KINDS, Action, Schedule, dependencies, execution_order
+from .schedules import ACTION_KINDS, Action, Schedule
+from .validate import dependencies, execution_order
 
 
 class StageWorker:

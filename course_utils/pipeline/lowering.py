@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .schedules import Action, Schedule, dependencies
+from .schedules import Action, Schedule
+from .validate import dependencies
 
 
 class Op(NamedTuple):

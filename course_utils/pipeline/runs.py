@@ -20,8 +20,9 @@ from ..hardware import devices
 from ..launcher import launch
 from .executor import ScheduleRunner
 from .mlp import MLPConfig
-from .schedules import Schedule, validate
+from .schedules import Schedule
 from .timeline import Event, Timeline
+from .validate import validate
 
 __all__ = [
     "alternate",

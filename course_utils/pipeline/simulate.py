@@ -23,8 +23,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .schedules import SCHEDULES, Schedule, ScheduleKind, dependencies, execution_order, validate
+from .schedules import SCHEDULES, Schedule, ScheduleKind
 from .timeline import Event, Timeline
+from .validate import dependencies, execution_order, validate
 
 
 @dataclass(frozen=True)
