@@ -29,6 +29,7 @@ from . import sharding
 from .data import Batch, ClickLogs
 from .data.loaders import InMemoryBatches, MapBatches
 from .ddp import settle_ddp_buckets
+from .hardware import rank_device
 from .metrics import scores
 from .models import DLRM, DLRMConfig
 from .train import History, fit, make_optimizer, predict
@@ -77,7 +78,7 @@ class HybridDLRM(nn.Module):
     kind: ``"table_wise"``, ``"row_wise"`` or ``"column_wise"``; ``split``: row-wise ``"range"``/``"hash"``.
     budget: a ``sharding.MemoryBudget`` checked before the tables are allocated.
     ``forward(dense [B, n_dense], sparse [B, T]) -> logit [B]`` on this rank's rows (computed on
-    ``sharding.rank_device()``, returned on the input's device).
+    ``rank_device()``, returned on the input's device).
     """
 
     def __init__(
@@ -105,7 +106,7 @@ class HybridDLRM(nn.Module):
             budget=budget,
             extra_values=sum(p.numel() for p in dense.parameters()),
         )
-        device = sharding.rank_device()
+        device = rank_device()
         self.dense = DDP(
             dense.to(device),
             device_ids=[device.index] if device.type == "cuda" else None,
@@ -119,7 +120,7 @@ class HybridDLRM(nn.Module):
         )
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
-        device = sharding.rank_device()
+        device = rank_device()
         embedded = self.embeddings(sparse.to(device))
         if embedded.requires_grad:  # summed over ranks on the way back: make it the mean, like DDP
             embedded.register_hook(lambda grad: grad / self.world_size)
@@ -159,7 +160,7 @@ def evaluate_hybrid(model: HybridDLRM, data: ClickLogs, batch_size: int = 8192) 
             f"use a multiple of {world}"
         )
     share = len(data) // world
-    device = sharding.rank_device()  # NCCL gathers CUDA tensors only
+    device = rank_device()  # NCCL gathers CUDA tensors only
     mine = torch.from_numpy(predict(model, data[rank * share : (rank + 1) * share], batch_size // world)).to(
         device
     )

@@ -33,7 +33,9 @@ ADAM = TrainSettings(global_batch_size=512, max_steps=12, optimizer="adam", lr=3
 def no_garbage_before_fork():
     """Collect garbage here before launch() forks ranks. A failed launch leaves garbage (held by the
     exception's traceback) that owns native threads; collected inside a forked rank, its destructor
-    aborts that rank (std::system_error, "Invalid argument"). launch() itself should gc.collect()."""
+    would abort that rank (std::system_error, "Invalid argument"). The ranks gc.freeze() what they
+    inherit (launcher/rank_entry.py), so that no longer happens; collecting here still keeps the
+    garbage of this module's deliberately failing launches out of the next forks."""
     gc.collect()
 
 

@@ -15,7 +15,7 @@ per rank, enforced), ``draw`` (the all-to-all pattern as a picture), ``timing``
 Taught in chapter 07.
 """
 
-from .alltoall import Traffic, exchange, rank_device
+from .alltoall import Traffic, exchange
 from .base import ShardedEmbeddingBags, full_tables, lookup_unsharded
 from .budget import BudgetExceededError, MemoryBudget
 from .column_wise import ColumnWiseEmbeddingBags
@@ -56,7 +56,6 @@ __all__ = [
     "route",
     "Traffic",
     "exchange",
-    "rank_device",
     "formula",
     "measured",
     "routed_ids",

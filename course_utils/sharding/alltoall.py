@@ -20,9 +20,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from ..hardware import rank_device
-
-__all__ = ["Traffic", "AllToAll", "exchange", "rank_device"]
+__all__ = ["Traffic", "AllToAll", "exchange"]
 
 PHASES = ("counts", "ids", "embeddings", "gradients")
 
