@@ -7,6 +7,7 @@ import types
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed.pipelining import PipelineStage
 
 from course_utils import compat, launch
 from course_utils.launcher.output import engine_line, show_rank_output
@@ -180,6 +181,10 @@ def stage_handshake_dtypes():
     ]
 
 
+@pytest.mark.skipif(
+    not hasattr(PipelineStage, "_get_init_p2p_neighbors_ops"),
+    reason="this torch's PipelineStage has no neighbour handshake (torch 2.15 dropped it)",
+)
 def test_course_pipeline_stage_sends_what_its_neighbour_expects():
     first, last = launch(stage_handshake_dtypes, world_size=2, timeout=60)
     assert sorted(first) == [("irecv", torch.float32, 1), ("isend", torch.float32, 1)]

@@ -40,10 +40,13 @@ TORCH_SCHEDULES = {
 
 class Stage(PipelineStage):
     """``PipelineStage`` whose first handshake with its neighbours sends float32 both ways
-    (torch 2.9 sends an int64 into a float32 buffer, which gloo aborts on: see ``compat``)."""
+    (torch 2.9 sends an int64 into a float32 buffer, which gloo aborts on: see ``compat``).
+    Newer torch (2.15) has no such handshake, and this class then adds nothing."""
 
-    def _get_init_p2p_neighbors_ops(self):
-        return fix_init_handshake(super()._get_init_p2p_neighbors_ops())
+    if hasattr(PipelineStage, "_get_init_p2p_neighbors_ops"):
+
+        def _get_init_p2p_neighbors_ops(self):
+            return fix_init_handshake(super()._get_init_p2p_neighbors_ops())
 
 
 class TorchRunner:
