@@ -41,7 +41,6 @@ __all__ = [
     "DDP_KINDS",
     "TrainSettings",
     "wrap",
-    "rank_device",
     "finish_gradient_sync",
     "sampler_indices",
     "rank_loader",
