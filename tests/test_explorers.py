@@ -1,0 +1,140 @@
+"""The explorers' update functions against the closed forms they draw, and the sliders in front of them."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from course_utils.collectives.bandwidth import AlphaBeta  # noqa: E402
+from course_utils.explorers import widgets  # noqa: E402
+from course_utils.explorers.allreduce import allreduce_seconds, crossover_bytes, draw_allreduce  # noqa: E402
+from course_utils.explorers.pipeline import SCHEDULE_TITLES, draw_pipeline, pipeline_view  # noqa: E402
+from course_utils.explorers.sharding import GIB, draw_sharding, sharding_view  # noqa: E402
+from course_utils.pipeline.simulate import gpipe_bubble_fraction  # noqa: E402
+from course_utils.sharding.volume import formula  # noqa: E402
+
+# --- pipeline -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("title", list(SCHEDULE_TITLES))
+def test_pipeline_view_matches_the_formulas_on_uniform_stages(title):
+    checked = 0
+    for p in (2, 3, 4, 5):
+        for m in range(p, 3 * p + 1):
+            for v in (1, 2, 3):
+                try:
+                    view = pipeline_view(title, p, m, v, F=1.0, B=2.0, W=1.0)
+                except ValueError:
+                    continue  # e.g. interleaved with m not a multiple of p
+                assert view.bubble == pytest.approx(view.bubble_formula, abs=1e-9), (p, m, v)
+                assert view.peak == pytest.approx(view.peak_formula), (p, m, v)
+                checked += 1
+    assert checked >= 10
+
+
+def test_pipeline_view_known_values():
+    assert pipeline_view("GPipe", 4, 8).bubble == pytest.approx(gpipe_bubble_fraction(4, 8)) == 3 / 11
+    # interleaving: device 0 holds (v-1)p + 2p - 1 = 11 half-stage activations = 5.5 stages, 1F1B 4
+    assert pipeline_view("Interleaved 1F1B", 4, 8, 2).peak[0] == 5.5
+    assert pipeline_view("1F1B", 4, 8).peak == [4, 3, 2, 1]
+    # a per-message cost lengthens the simulated bubble beyond the formula (which ignores it)
+    slow = pipeline_view("1F1B", 4, 8, comm=0.5)
+    assert slow.bubble > slow.bubble_formula
+
+
+def test_pipeline_view_errors_and_drawing():
+    with pytest.raises(ValueError, match="multiple of p"):
+        pipeline_view("Interleaved 1F1B", 4, 6, 2)
+    assert pipeline_view("ZB-H1", 4, 8, W=3.0).bubble_formula is None  # the formula needs W <= F, B
+    for knobs in ({"schedule": "ZB-H1"}, {"schedule": "Interleaved 1F1B", "m": 6}):
+        fig = draw_pipeline(**knobs)  # a combination that cannot be built draws its reason
+        assert fig.axes
+        matplotlib.pyplot.close(fig)
+
+
+# --- all-reduce -----------------------------------------------------------------------------
+
+
+def test_ring_is_chapter_02s_alpha_beta_model():
+    model = AlphaBeta(alpha=2e-4, beta=1e-9, world_size=4)
+    for n in (1e3, 1e6, 1e9):
+        assert allreduce_seconds("ring", n, 4, 2e-4, 1e-9) == pytest.approx(model.seconds(n))
+
+
+def test_tree_and_naive_closed_forms_and_crossover():
+    assert allreduce_seconds("tree", 1e6, 8, 1e-5, 1e-9) == pytest.approx(2 * 3 * (1e-5 + 1e-3))
+    assert allreduce_seconds("naive", 1e6, 8, 1e-5, 1e-9) == pytest.approx(2 * 7 * (1e-5 + 1e-3))
+    assert allreduce_seconds("ring", 1e6, 1, 1e-5, 1e-9) == 0.0
+    n = crossover_bytes(16, 1e-4, 1e-9)
+    ring, tree = (allreduce_seconds(a, n, 16, 1e-4, 1e-9) for a in ("ring", "tree"))
+    assert ring == pytest.approx(tree)
+    assert allreduce_seconds("ring", 2 * n, 16, 1e-4, 1e-9) < allreduce_seconds("tree", 2 * n, 16, 1e-4, 1e-9)
+    assert allreduce_seconds("ring", n / 2, 16, 1e-4, 1e-9) > allreduce_seconds("tree", n / 2, 16, 1e-4, 1e-9)
+    assert crossover_bytes(2, 1e-4, 1e-9) == 0  # two ranks: the ring is never slower than the tree
+    assert math.isinf(crossover_bytes(1, 1e-4, 1e-9))  # one rank: nothing to compare
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        allreduce_seconds("butterfly", 1, 2, 0, 0)
+    fig = draw_allreduce(measured=[(2**20, 1e-3), (2**24, 1e-2)])
+    assert len(fig.axes[0].lines) >= 7
+    matplotlib.pyplot.close(fig)
+
+
+# --- sharding -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["table_wise", "row_wise", "column_wise"])
+def test_sharding_view_is_the_volume_formula_and_the_plan(kind):
+    view = sharding_view(kind, tables=8, rows=2**16, dim=64, batch=512, world_size=4, budget_gib=1.0)
+    routed = [[512 * 8 / 4] * 4] * 4 if kind == "row_wise" else None
+    total = formula(kind, 512, 8, 64, 4, routed=routed)["total"]
+    assert view.sent_per_rank["total"] * 4 == pytest.approx(total)
+    # every value of every table is held once, x4 for weight, gradient and Adam's two moments
+    assert sum(view.memory_per_rank) == 8 * 2**16 * 64 * 4 * 4
+    assert view.fits == (max(view.memory_per_rank) <= GIB)
+
+
+def test_sharding_view_budget_and_drawing():
+    tight = sharding_view("table_wise", tables=3, rows=2**20, dim=64, world_size=4, budget_gib=0.75)
+    assert not tight.fits and max(tight.memory_per_rank) == 2**20 * 64 * 4 * 4
+    assert sharding_view("row_wise", tables=3, rows=2**20, dim=64, world_size=4, budget_gib=0.75).fits
+    fig = draw_sharding(kind="row_wise", world_size=2)
+    assert len(fig.axes) == 2
+    matplotlib.pyplot.close(fig)
+
+
+# --- the sliders ----------------------------------------------------------------------------
+
+
+def test_controls_from_short_forms():
+    c = widgets.controls_from(
+        {"m": (1, 32, 1, 8), "x": (0.0, 1.0, 0.1, 0.5), "n": (2, 2**10, 2**4), "s": ["a", "b"]}
+    )
+    assert c["m"].integer and not c["x"].integer and c["n"].value == 16 and c["s"].value == "a"
+    assert widgets.defaults({"m": (1, 32, 1, 8), "s": ["a", "b"]}) == {"m": 8, "s": "a"}
+    for bad in ((1, 2), (0, 10, 1, 11), (3, 16, 4)):
+        with pytest.raises(ValueError):
+            widgets.controls_from({"bad": bad})
+
+
+def test_moving_a_slider_redraws_with_the_new_value():
+    pytest.importorskip("ipywidgets")
+    calls = []
+
+    def draw(**knobs):
+        calls.append(knobs)
+        fig = matplotlib.pyplot.figure()
+        return fig
+
+    box, sliders, output = widgets.live(
+        draw, {"m": (1, 32, 1, 8), "n": (2, 2**10, 2**4), "s": ["a", "b"]}, {"k": 1}
+    )
+    assert not calls  # nothing drawn until a knob moves
+    sliders["m"].value = 12
+    sliders["n"].value = 8  # the slider is log2: 2**8
+    sliders["s"].value = "b"
+    assert calls[-1] == {"m": 12, "n": 256, "s": "b", "k": 1} and len(calls) == 3
+    assert output in box.children
