@@ -38,6 +38,7 @@ __all__ = [
     "gather",
     "DataParallelByHand",
     "chunk_sizes",
+    "ModelWithLoss",
 ]
 
 
@@ -78,13 +79,17 @@ class Broadcast(torch.autograd.Function):
 
     The backward is DataParallel's "gradients go back to device 0" step: the
     gradient a parameter gets is the sum of the gradients of all its replicas.
-    ``nn.DataParallel`` does the same (``Broadcast`` / ``ReduceAddCoalesced``).
+    ``nn.DataParallel`` does the same (``Broadcast`` / ``ReduceAddCoalesced``), with
+    two differences: ``comm.broadcast_coalesced`` hands device 0 the original tensors
+    instead of a copy, and moves the others in large flat buffers (NCCL when available).
     """
 
     @staticmethod
     def forward(ctx, devices, timings, *tensors):
+        # details: remember the sources and the devices for backward
         ctx.n, ctx.sources, ctx.timings = len(tensors), [t.device for t in tensors], timings
         ctx.devices = devices
+        # end details
         return tuple(t.detach().to(d, copy=True) for d in devices for t in tensors)  # replica-major
 
     @staticmethod
@@ -97,8 +102,10 @@ class Broadcast(torch.autograd.Function):
                     if g is not None:
                         total = g.to(source, copy=True) if total is None else total.add_(g.to(source))
                 summed.append(total)
+        # details: record the seconds for DataParallelByHand.last_timings
         if ctx.timings is not None:
             ctx.timings["reduce_gradients"] = watch.seconds
+        # end details
         return (None, None, *summed)
 
 
@@ -122,20 +129,27 @@ def replicate(
     The copies stay connected to the originals through autograd (``Broadcast``),
     so ``backward`` on anything computed by the replicas sums their gradients into
     the original parameters' ``.grad``. Buffers are copied without gradients.
+
+    Simpler than ``torch.nn.parallel.replicate`` in one respect: replica 0 gets
+    copies too (of the parameters and of the buffers), where PyTorch's replica 0
+    shares the original tensors, so in-place buffer updates in ``forward`` (BatchNorm's
+    running statistics) reach the original module there and are lost here.
     """
     names = [name for name, _ in module.named_parameters()]
     params = [p for _, p in module.named_parameters()]
     copies = Broadcast.apply(devices, timings, *params) if params else ()
     replicas = []
     for r, device in enumerate(devices):
+        # details: new = this device's copy of the module tree (shared code, copied buffers)
         new = {m: _shallow_copy(m) for m in module.modules()}
         for old, rep in new.items():
             rep._modules = {k: (None if c is None else new[c]) for k, c in old._modules.items()}
             rep._buffers = {
                 k: (None if b is None else b.to(device, copy=True)) for k, b in old._buffers.items()
             }
+        # end details
         by_name = dict(zip(names, copies[r * len(params) : (r + 1) * len(params)], strict=False))
-        for name in names:
+        for name in names:  # the replica's parameters: this device's copies, still linked to the originals
             owner, _, leaf = name.rpartition(".")
             new[module.get_submodule(owner)]._parameters[leaf] = by_name[name]
         replicas.append(new[module])
@@ -151,11 +165,13 @@ def parallel_apply(
     GPU, makes its device current. An exception in a thread is re-raised here,
     naming the replica.
     """
+    # details: check one input tuple and one device per replica
     if not len(replicas) == len(inputs) <= len(devices):
         raise ValueError(
             f"need one input tuple per replica and a device for each: got {len(replicas)} "
             f"replicas, {len(inputs)} inputs, {len(devices)} devices"
         )
+    # end details
     grad_enabled = torch.is_grad_enabled()
     results: list = [None] * len(replicas)
 
@@ -173,18 +189,23 @@ def parallel_apply(
         t.start()
     for t in threads:
         t.join()
+    # details: re-raise a replica's exception here, naming the replica and its device
     for i, out in enumerate(results):
         if isinstance(out, BaseException):
             raise RuntimeError(f"replica {i} on {devices[i]} failed: {type(out).__name__}: {out}") from out
+    # end details
     return results
 
 
 def gather(outputs: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
     """Concatenate the replicas' outputs ``[b_i, ...]`` on ``device`` -> ``[sum b_i, ...]``.
 
-    Differentiable: the backward splits the gradient and sends each piece back to
-    the device its rows came from.
+    Scalars (a model that returns its loss) become a vector ``[n_replicas]``, one entry
+    per replica, as ``nn.DataParallel``'s gather does. Differentiable: the backward
+    splits the gradient and sends each piece back to the device its rows came from.
     """
+    if all(o.dim() == 0 for o in outputs):  # one loss per replica: stack them, as torch's Gather does
+        outputs = [o.view(1) for o in outputs]
     return torch.cat([o.to(device) for o in outputs], dim=0)
 
 
@@ -238,3 +259,20 @@ class DataParallelByHand(nn.Module):
         lap("gather")
         self.last_timings = timings
         return out
+
+
+class ModelWithLoss(nn.Module):
+    """``model`` plus its loss: ``forward(dense [B, n_dense], sparse [B, n_tables], label [B])``
+    returns the mean binary cross-entropy, a scalar.
+
+    A common pattern (Hugging Face models return their loss): under DataParallel
+    every replica returns its own chunk's loss, and the gathered result is a vector
+    ``[n_replicas]`` that needs ``.mean()`` (exact when the chunks are equal in size).
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, dense: torch.Tensor, sparse: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+        return nn.functional.binary_cross_entropy_with_logits(self.model(dense, sparse), label)

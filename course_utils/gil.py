@@ -89,13 +89,37 @@ def one_torch_thread():
         torch.set_num_threads(before)
 
 
-def timed_rank(work) -> float:
-    job = work.prepare()
-    dist.barrier()
-    start = time.perf_counter()
-    job()
-    dist.barrier()  # until the slower rank is done
-    return time.perf_counter() - start
+def timed_rank(work, layout: str, repeats: int) -> list[tuple[float, float]]:
+    """Inside a rank of ``launch``: ``(wall seconds, CPU seconds)`` of ``repeats`` rounds of ``work``,
+    laid out as ``layout``. CPU seconds count every thread of this process.
+
+    ``"sequential"``: this process does two shares one after the other (world size 1);
+    ``"threads"``: this process runs two shares in two Python threads (world size 1);
+    ``"processes"``: this rank does one share while the other rank does the other (world size 2).
+    Every layout is timed the same way: in a fresh rank process, one torch thread, between
+    two barriers, so the figures differ only by how the work is laid out.
+    """
+    jobs = [work.prepare()] if layout == "processes" else [work.prepare(), work.prepare()]
+    seconds = []
+    for _ in range(repeats):
+        dist.barrier()
+        start, cpu_start = time.perf_counter(), time.process_time()
+        if layout == "threads":
+            workers = [threading.Thread(target=job) for job in jobs]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+        else:
+            for job in jobs:
+                job()
+        cpu = time.process_time() - cpu_start
+        dist.barrier()  # until the slower rank is done
+        seconds.append((time.perf_counter() - start, cpu))
+    return seconds
+
+
+LAYOUTS = {"sequential": 1, "threads": 1, "processes": 2}  # layout -> ranks it runs on
 
 
 def threads_vs_processes(work, repeats: int = 3) -> dict:
@@ -105,28 +129,24 @@ def threads_vs_processes(work, repeats: int = 3) -> dict:
     ``threads``: two Python threads at once (DataParallel's ``parallel_apply``);
     ``processes``: two ranks of ``launch`` at once (DDP).
     Each figure is the best of ``repeats`` rounds (the least disturbed by other
-    work on the machine), one torch thread each. Also returns the speed-ups over
-    sequential, ``threads_speedup`` and ``processes_speedup`` (2.0 is perfect on 2 cores).
+    work on the machine), timed the same way for all three (``timed_rank``: inside
+    freshly started processes with one torch thread). Also returns the speed-ups over
+    sequential, ``threads_speedup`` and ``processes_speedup`` (2.0 is perfect on 2 cores),
+    and for each layout ``<layout>_cores``: CPU seconds of all its threads and processes
+    divided by wall seconds in that round, how many cores it kept busy on average (at most
+    1 for Python threads under the GIL, however idle the machine).
     """
-    best = {"sequential": float("inf"), "threads": float("inf"), "processes": float("inf")}
-    with one_torch_thread():
-        jobs = [work.prepare(), work.prepare()]
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for job in jobs:
-                job()
-            best["sequential"] = min(best["sequential"], time.perf_counter() - start)
-
-            workers = [threading.Thread(target=job) for job in jobs]
-            start = time.perf_counter()
-            for w in workers:
-                w.start()
-            for w in workers:
-                w.join()
-            best["threads"] = min(best["threads"], time.perf_counter() - start)
-
-            ranks = launch(timed_rank, work, world_size=2, timeout=120, show_output=False)
-            best["processes"] = min(best["processes"], max(ranks))
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    best = {}
+    for layout, ranks in LAYOUTS.items():
+        rounds = launch(timed_rank, work, layout, repeats, world_size=ranks, timeout=120, show_output=False)
+        # a round ends with its slower rank; keep the least disturbed round
+        wall, cpu = min(
+            (max(w for w, _ in per_rank), sum(c for _, c in per_rank))
+            for per_rank in zip(*rounds, strict=True)
+        )
+        best[layout], best[f"{layout}_cores"] = wall, cpu / wall
     best["threads_speedup"] = best["sequential"] / best["threads"]
     best["processes_speedup"] = best["sequential"] / best["processes"]
     return best

@@ -77,6 +77,8 @@ class HybridDLRM(nn.Module):
         initialised on each rank, no rank ever holds a whole table).
     kind: ``"table_wise"``, ``"row_wise"`` or ``"column_wise"``; ``split``: row-wise ``"range"``/``"hash"``.
     budget: a ``sharding.MemoryBudget`` checked before the tables are allocated.
+    average_embedding_gradients: divide the embedding gradients by ``W`` (the default, and the
+        right thing); ``False`` leaves them summed over the ranks, the mistake chapter 07 shows.
     ``forward(dense [B, n_dense], sparse [B, T]) -> logit [B]`` on this rank's rows (computed on
     ``rank_device()``, returned on the input's device).
     """
@@ -89,8 +91,10 @@ class HybridDLRM(nn.Module):
         split: str = "range",
         seed: int = 0,
         budget: sharding.MemoryBudget | None = None,
+        average_embedding_gradients: bool = True,
     ):
         super().__init__()
+        self.average_embedding_gradients = average_embedding_gradients
         source = _dense_source(model_or_config, seed)
         config = model_or_config.config if isinstance(model_or_config, DLRM) else model_or_config
         self.world_size = dist.get_world_size()
@@ -122,7 +126,8 @@ class HybridDLRM(nn.Module):
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
         device = rank_device()
         embedded = self.embeddings(sparse.to(device))
-        if embedded.requires_grad:  # summed over ranks on the way back: make it the mean, like DDP
+        # summed over ranks on the way back: make it the mean, like DDP
+        if embedded.requires_grad and self.average_embedding_gradients:
             embedded.register_hook(lambda grad: grad / self.world_size)
         return self.dense(dense.to(device), embedded).to(dense.device)  # logits where the input was
 

@@ -10,8 +10,14 @@ part's device, the ``.cuda(n)`` / ``.to(device)`` idiom::
 Each device holds only its part's weights, but only one device works at a time
 (``course_utils.pipeline.vertical.timed_training_step`` measures it). Embedding
 tables are placed the same way, whole tables on different devices
-(``place_embedding_tables``, ``lookup_placed``). Splitting one layer across ranks
+(``place_embedding_tables``, ``lookup_placed``). A split model trains data-parallel
+too: ``ddp_split_gradients`` wraps it in ``DistributedDataParallel(..., device_ids=None)``
+on ``rank_devices`` (several devices per rank). Splitting one layer across ranks
 instead is tensor parallelism: ``course_utils.tensor_parallel``.
+
+Layers created on different devices and put in one ``nn.Sequential`` are *not* a
+split: ``Sequential`` moves no activation, and the first layer on another device
+raises a device-mismatch error. The hop has to be in a ``forward``, as here.
 
 Taught in chapter 05.
 """
@@ -21,8 +27,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
+from .activation_memory import saved_for_backward
+from .checks import check_whole
+from .hardware import gpu_count
 from .sharding.plan import place_largest_first
 
 
@@ -78,23 +88,16 @@ class VerticalSplit(nn.Module):
     def memory_per_device(self, example: torch.Tensor, optimizer_copies: int = 2):
         """DataFrame, one row per part: its device, layers, parameters, and MB of weights,
         gradients, optimizer state (``optimizer_copies`` per weight: Adam 2) and activations
-        on ``example`` ([B, ...]), counted as the outputs of every leaf layer (about what
-        autograd keeps for backward)."""
+        on ``example`` ([B, ...]): what autograd saves for the backward pass in that part,
+        measured with ``saved_tensors_hooks`` (``activation_memory.saved_for_backward``)."""
         import pandas as pd
 
-        kept = [0] * len(self.parts)
-        hooks = [
-            layer.register_forward_hook(lambda mod, inp, out, k=k: kept.__setitem__(k, kept[k] + out.nbytes))
-            for k, part in enumerate(self.parts)
-            for layer in part.modules()
-            if not list(layer.children())
-        ]
-        try:
-            with torch.no_grad():
-                self(example)
-        finally:
-            for h in hooks:
-                h.remove()
+        kept = []
+        x = example
+        for part, device in zip(self.parts, self.devices, strict=False):
+            saved = saved_for_backward(part, x.to(device))
+            kept.append(saved.activation_bytes)
+            x = saved.output.detach()
         rows = []
         for k, (part, device) in enumerate(zip(self.parts, self.devices, strict=False)):
             params = sum(p.numel() for p in part.parameters())
@@ -112,6 +115,58 @@ class VerticalSplit(nn.Module):
                 }
             )
         return pd.DataFrame(rows).set_index("part")
+
+
+# --- data parallel over a split model ------------------------------------------------------
+
+
+def rank_devices(per_rank: int) -> list[torch.device]:
+    """This rank's ``per_rank`` devices, once its process group is up: GPUs
+    ``rank * per_rank .. rank * per_rank + per_rank - 1`` when the machine has ``per_rank``
+    GPUs for every rank, else ``per_rank`` CPU stand-ins."""
+    check_whole("rank_devices: per_rank", per_rank)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if gpu_count() >= per_rank * world:
+        return [torch.device("cuda", rank * per_rank + k) for k in range(per_rank)]
+    return [torch.device("cpu")] * per_rank
+
+
+def ddp_split_gradients(
+    model: nn.Sequential, x: torch.Tensor, y: torch.Tensor, parts_per_rank: int = 2
+) -> dict:
+    """Run on every rank: data parallel (DDP) over a model split across this rank's devices.
+
+    ``model``: the same ``nn.Sequential`` on every rank; ``x [B, ...]``, ``y [B, ...]``: the
+    global batch (B divisible by the world size), of which each rank takes its slice. The
+    model is cut into ``parts_per_rank`` parts on ``rank_devices(parts_per_rank)`` and wrapped
+    in ``DistributedDataParallel(split, device_ids=None)``: for a module that spans several
+    devices (and for a CPU module) PyTorch requires ``device_ids=None``; the module's own
+    ``forward`` moves the activations and decides where the output lives. One forward and
+    backward (MSE loss); DDP averages the gradients over the ranks.
+
+    Returns ``{"devices": the parameters' devices, "multi_device": DDP's view of the module,
+    "grads": {parameter name: averaged gradient, on the CPU}}``.
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    # details: a batch that does not split evenly is refused
+    if x.shape[0] % world:
+        raise ValueError(
+            f"a batch of {x.shape[0]} rows does not split evenly over {world} ranks: "
+            f"use a batch size that is a multiple of {world}"
+        )
+    # end details
+    split = VerticalSplit(model, rank_devices(parts_per_rank))
+    ddp = DistributedDataParallel(split, device_ids=None)
+    rows = slice(rank * x.shape[0] // world, (rank + 1) * x.shape[0] // world)
+    out = ddp(x[rows])
+    nn.functional.mse_loss(out, y[rows].to(out.device)).backward()
+    return {
+        "devices": sorted({str(p.device) for p in split.parameters()}),
+        "multi_device": ddp.is_multi_device_module,
+        "grads": {name: p.grad.cpu() for name, p in split.named_parameters()},
+    }
 
 
 # --- embedding tables on different devices --------------------------------------------------

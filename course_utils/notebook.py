@@ -50,16 +50,44 @@ def source_of(obj) -> tuple[str, str]:
     return header, textwrap.dedent(inspect.getsource(obj)).rstrip()
 
 
-def show_source(obj) -> None:
+def show_source(obj, brief: bool = False) -> None:
     """Print the source of a function, class, method or module from course_utils, headed by
     the file and name it comes from.
 
     Notebooks call this instead of pasting a copy, so the text a learner reads
-    is the code that runs.
+    is the code that runs. ``brief=True`` prints the reading version: every block
+    between a ``# details: <what it does>`` line and its ``# end details`` line is
+    folded into one ``# ... <what it does>`` line, so the idea shows first and the
+    machinery (signal handling, cleanup, platform cases) stays one call away.
     """
     header, source = source_of(obj)
     print(header)
-    print(source)
+    print(fold_details(source) if brief else source)
+
+
+def fold_details(source: str) -> str:
+    """``source`` with each ``# details: x`` ... ``# end details`` block replaced by ``# ... x``.
+
+    Blocks may not nest; an unclosed block raises ``ValueError`` naming its line.
+    """
+    out, folding = [], None
+    for number, line in enumerate(source.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("# details:"):
+            if folding is not None:
+                raise ValueError(f"line {number}: '# details:' inside the block opened at line {folding}")
+            folding = number
+            indent = line[: len(line) - len(line.lstrip())]
+            out.append(f"{indent}# ... {stripped[len('# details:') :].strip()}")
+        elif stripped == "# end details":
+            if folding is None:
+                raise ValueError(f"line {number}: '# end details' without a '# details:' line")
+            folding = None
+        elif folding is None:
+            out.append(line)
+    if folding is not None:
+        raise ValueError(f"line {folding}: '# details:' block has no '# end details' line")
+    return "\n".join(out)
 
 
 def show_diff(before, after, context: int = 3) -> None:

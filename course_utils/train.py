@@ -118,6 +118,8 @@ class History:
 
     step_loss: one entry per step, the global batch's mean loss (on several ranks: averaged over them).
     step_seconds: one per step, the step's wall time (devices synchronised; data loading not included).
+    step_cpu_seconds: one per step, this process's CPU time in the same span (all its threads): with
+        one thread, the time the step had the core, whatever other programs took meanwhile.
     epochs: one dict per epoch: ``epoch, train_loss`` and, with evaluation data, ``auc, logloss``.
     samples: rows trained on, all ranks together. seconds: wall time of the epochs' training,
     data loading included, evaluation not. cpu_seconds: this process's CPU time in them.
@@ -129,6 +131,7 @@ class History:
 
     step_loss: list = field(default_factory=list)
     step_seconds: list = field(default_factory=list, repr=False)
+    step_cpu_seconds: list = field(default_factory=list, repr=False)
     epochs: list = field(default_factory=list)
     samples: int = 0
     seconds: float = 0.0
@@ -218,12 +221,14 @@ def fit(
             losses = []
             with Stopwatch(*in_use) as wall:  # the epoch, data loading included
                 for batch in batches:
+                    step_cpu_start = time.process_time()
                     with Stopwatch(*in_use) as step:  # the step alone (GPUs: until their work is done)
                         batch = Batch(*(t.to(device) for t in batch))
                         losses.append(train_step(model, optimizer, batch, accumulation_steps))
                         if scheduler is not None:
                             scheduler.step()
                     history.step_seconds.append(step.seconds)
+                    history.step_cpu_seconds.append(time.process_time() - step_cpu_start)
                     history.samples += len(batch.label) * world
                     done += 1
                     bar.update(loss=losses[-1])

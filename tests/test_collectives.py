@@ -17,6 +17,7 @@ from course_utils.collectives import (
     demos,
     free_port,
     init_group,
+    plain_ring_all_reduce,
     ring_all_reduce,
     ring_schedule,
 )
@@ -40,15 +41,19 @@ def _random(shape, dtype, seed):
     return torch.randint(-1000, 1000, shape, generator=g, dtype=dtype)
 
 
-def compare_ring_with_all_reduce(segment_bytes, shapes=SHAPES):
-    """On every rank: for each shape and dtype, ring_all_reduce vs dist.all_reduce; what differed."""
+def compare_ring_with_all_reduce(segment_bytes, shapes=SHAPES, plain=False):
+    """On every rank: for each shape and dtype, ring_all_reduce (or, with ``plain``,
+    plain_ring_all_reduce) vs dist.all_reduce; what differed."""
     rank, failures = dist.get_rank(), []
     for i, shape in enumerate(shapes):
         for dtype in DTYPES:
             mine = _random(shape, dtype, seed=1000 * i + rank)
             expected, ours = mine.clone(), mine.clone()
             dist.all_reduce(expected)
-            returned = ring_all_reduce(ours, segment_bytes=segment_bytes)
+            if plain:
+                returned = plain_ring_all_reduce(ours)
+            else:
+                returned = ring_all_reduce(ours, segment_bytes=segment_bytes)
             if returned is not ours:
                 failures.append(f"{shape} {dtype}: did not return its argument")
             try:
@@ -62,6 +67,35 @@ def compare_ring_with_all_reduce(segment_bytes, shapes=SHAPES):
 def test_ring_all_reduce_equals_dist_all_reduce(world_size):
     results = launch(compare_ring_with_all_reduce, 1 << 20, world_size=world_size, timeout=90)
     assert results == [[]] * world_size
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_plain_ring_all_reduce_equals_dist_all_reduce(world_size):
+    results = launch(compare_ring_with_all_reduce, None, SHAPES, True, world_size=world_size, timeout=90)
+    assert results == [[]] * world_size
+
+
+def plain_ring_on_a_subgroup_in_pairs():
+    """The plain ring on the group of global ranks [1, 2, 3]: equal to all_reduce, every step one
+    send right + receive left batch, addressed to global ranks."""
+    rank, members = dist.get_rank(), [1, 2, 3]
+    group = dist.new_group(members)  # every rank creates it
+    if rank not in members:
+        return True
+    i = members.index(rank)
+    right, left = members[(i + 1) % 3], members[(i - 1) % 3]
+    with only_batched_p2p() as batches:
+        t = torch.arange(1001, dtype=torch.int64) * 7 + 1000 * rank
+        expected = t.clone()
+        dist.all_reduce(expected, group=group)
+        batches.clear()
+        plain_ring_all_reduce(t, group=group)
+    pairs = [sorted(b) for b in batches] == [sorted([("isend", right), ("irecv", left)])] * 4
+    return torch.equal(t, expected) and pairs
+
+
+def test_plain_ring_on_a_subgroup_posts_one_pair_per_step():
+    assert launch(plain_ring_on_a_subgroup_in_pairs, world_size=4, timeout=60) == [True] * 4
 
 
 def test_ring_all_reduce_in_many_segments():
@@ -282,6 +316,8 @@ def test_every_collective_demo_on_four_ranks():
         "broadcast": [start[0]] * w,
         "all_reduce": [total] * w,
         "all_gather": [[10 * r for r in range(w)]] * w,
+        "gather": [[10 * r for r in range(w)]] + [[]] * (w - 1),
+        "scatter": [[start[0][r]] for r in range(w)],
         "reduce_scatter": [[total[r]] for r in range(w)],
         "all_to_all": [[start[j][r] for j in range(w)] for r in range(w)],
         "send/recv": [start[r ^ 1] for r in range(w)],
@@ -292,8 +328,9 @@ def test_every_collective_demo_on_four_ranks():
     for name, after in expected_after.items():
         assert results[name][1] == after, name
     assert results["reduce"][1][0] == total  # only the destination is promised
-    assert results["all_gather"][0] == [[10 * r] for r in range(w)]
-    for name in set(demos.DEMOS) - {"all_gather"}:
+    for name in ("all_gather", "gather"):
+        assert results[name][0] == [[10 * r] for r in range(w)], name
+    for name in set(demos.DEMOS) - {"all_gather", "gather"}:
         assert results[name][0] == start, name
 
 

@@ -5,14 +5,17 @@ import torch
 from torch import nn
 
 from course_utils import data, gpu_count
+from course_utils.collectives import bytes_sent_per_rank
 from course_utils.data_parallel import (
     DataParallelByHand,
+    ModelWithLoss,
     chunk_sizes,
     gather,
     parallel_apply,
     replicate,
     scatter,
 )
+from course_utils.data_parallel_traffic import SCHEMES, bytes_sent_per_step
 from course_utils.ddp import TrainSettings, max_difference, train_single
 from course_utils.models import DLRM, DLRMConfig
 
@@ -127,7 +130,7 @@ def test_by_hand_equals_nn_data_parallel_on_two_gpus(logs):
 
 def test_quiz_03_answers_are_what_the_code_computes():
     assert chunk_sizes(5, 4) == [2, 2, 1]  # question 3: three chunks, one GPU idles
-    assert chunk_sizes(1024, 4) == [256] * 4  # question 7: the loader's 1024 rows are the total
+    assert len({sum(bytes_sent_per_step(4096, 4, s)) for s in SCHEMES}) == 1  # question 7: same total bytes
     if gpu_count() == 0:
         assert nn.DataParallel(nn.Linear(2, 2)).device_ids == []  # question 8: no devices, plain call
 
@@ -145,3 +148,41 @@ def test_single_process_twin_runs_where_the_ranks_would(monkeypatch, logs):
     train_single(logs, cfg, settings, world_size=2)
     train_single(logs, cfg, settings, parallel=lambda m: DataParallelByHand(m, CPU2))
     assert asked == [2]  # the wrapper chose, so devices() was not asked
+
+
+def test_bytes_sent_per_step_same_total_different_senders():
+    param_bytes = 4 * 1200
+    for w in (2, 3, 4, 8):
+        sent = {scheme: bytes_sent_per_step(param_bytes, w, scheme) for scheme in SCHEMES}
+        for scheme, per_device in sent.items():
+            assert len(per_device) == w and sum(per_device) == 2 * (w - 1) * param_bytes, scheme
+        assert sent["ring"] == [bytes_sent_per_rank(param_bytes // 4, 4, w, rank=r) for r in range(w)]
+        assert sent["copies"][0] == (w - 1) * param_bytes  # device 0 sends every replica's weights
+        assert max(sent["nccl"]) <= 2 * param_bytes  # a chain: each device forwards at most twice
+    assert bytes_sent_per_step(100, 1, "nccl") == [0]
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        bytes_sent_per_step(100, 2, "tree")
+
+
+def test_replica_zero_is_a_copy_unlike_torch_which_shares_device_zero_originals():
+    model = nn.BatchNorm1d(3)
+    replicas = replicate(model, CPU2)
+    assert replicas[0].weight.data_ptr() != model.weight.data_ptr()
+    assert replicas[0].running_mean.data_ptr() != model.running_mean.data_ptr()
+    replicas[0](torch.randn(8, 3))  # training mode: updates the replica's running statistics only
+    assert torch.equal(model.running_mean, torch.zeros(3))
+
+
+def test_a_model_returning_its_loss_gives_one_loss_per_replica(logs):
+    batch = logs[:1000].to_torch()
+    single, parallel = ModelWithLoss(small_dlrm()), ModelWithLoss(small_dlrm())
+    loss_single = single(batch.dense, batch.sparse, batch.label)
+    losses = DataParallelByHand(parallel, CPU2)(batch.dense, batch.sparse, batch.label)
+    assert loss_single.dim() == 0 and losses.shape == (2,)
+    assert torch.allclose(losses.mean(), loss_single, atol=1e-6)  # equal chunks: mean of means
+    loss_single.backward()
+    losses.mean().backward()
+    for a, b in zip(single.parameters(), parallel.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6)
+    uneven = DataParallelByHand(ModelWithLoss(small_dlrm()), [torch.device("cpu")] * 3)
+    assert uneven(batch.dense, batch.sparse, batch.label).shape == (3,)  # 334, 334, 332 rows

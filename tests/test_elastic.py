@@ -34,12 +34,12 @@ def test_killed_rank_restarts_from_checkpoint_and_ends_like_an_uninterrupted_run
     ]
     assert elastic_run.timeline(run.events) == [
         "attempt 0: ranks [0, 1] started from scratch",
-        "  steps 1..13 done by every rank",
+        "  steps 1..13 done",
         "  rank 0 saved checkpoints at steps [5, 10]",
         "  rank 1 killed itself with SIGKILL before step 14; "
         "torchrun stopped the other ranks and restarted all of them",
         "attempt 1: ranks [0, 1] resumed from the checkpoint of step 10",
-        "  steps 11..16 done by every rank",
+        "  steps 11..16 done",
         "  rank 0 saved checkpoints at steps [15]",
         "  finished at step 16 on ranks [0, 1]",
     ]
@@ -53,7 +53,10 @@ def test_killed_rank_restarts_from_checkpoint_and_ends_like_an_uninterrupted_run
 
 def test_slurm_template_trains_on_two_local_nodes(tmp_path):
     text = TEMPLATE.read_text()
-    assert "scontrol show hostnames" in text and "srun" in text and "--rdzv-backend c10d" in text
+    assert "scontrol show hostnames" in text and "srun --kill-on-bad-exit=1" in text
+    assert "--rdzv-backend c10d" in text and "#SBATCH --requeue" in text
+    assert "--node-rank" not in text.split("srun --kill-on-bad-exit=1")[1]  # c10d numbers the nodes
+    assert "\nexport TORCH_NCCL_ASYNC_ERROR_HANDLING" not in text  # torchrun sets 1 by itself
     small = ["--rows", "1024", "--epochs", "1", "--checkpoint-every", "2"]
     out = tmp_path / "ckpt"
     slurm_local.run_sbatch_locally(
@@ -68,10 +71,69 @@ def test_slurm_template_trains_on_two_local_nodes(tmp_path):
     assert _same(final, _uninterrupted(tmp_path, *small))
 
 
+def test_a_lost_node_fails_the_job_and_the_requeued_job_resumes(tmp_path):
+    """Rank 1 kills its torchrun agent and itself (a node lost): srun --kill-on-bad-exit ends the
+    other node's torchrun, the job fails; run again as a requeued job, it resumes and ends
+    like the uninterrupted run."""
+    import pytest
+
+    from course_utils.scripts import runner
+
+    out = tmp_path / "ckpt"
+    env = {"GPUS_PER_NODE": "1", "CKPT_DIR": str(out), "TRAIN_ARGS": " ".join([*KILL, "--kill-what", "node"])}
+    with pytest.raises(runner.LauncherError, match="exited with code 137"):
+        slurm_local.run_sbatch_locally(TEMPLATE, nodes=2, timeout=240, env=env)
+    first = elastic_run.timeline(elastic_run.read_events(out))
+    assert first[-1] == (
+        "  rank 1 killed its torchrun agent, then itself, with SIGKILL before step 14: "
+        "its whole node was gone"
+    )
+    stdout, _ = slurm_local.run_sbatch_locally(
+        TEMPLATE, nodes=2, timeout=240, env={**env, "SLURM_RESTART_COUNT": "1"}
+    )
+    assert "start number 1" in stdout
+    assert elastic_run.timeline(elastic_run.read_events(out))[len(first) :] == [
+        "attempt 1: ranks [0, 1] resumed from the checkpoint of step 10",
+        "  steps 11..16 done",
+        "  rank 0 saved checkpoints at steps [15]",
+        "  finished at step 16 on ranks [0, 1]",
+    ]
+    final = torch.load(out / "final.pt", weights_only=True)
+    assert _same(final, _uninterrupted(tmp_path))
+
+
+def test_the_srun_stand_in_kills_the_other_tasks_on_a_bad_exit(tmp_path):
+    """Node 1 fails at once, node 0 would run for a minute: with --kill-on-bad-exit=1 the job
+    ends within seconds with node 1's status; without it, the stand-in waits for node 0."""
+    import time
+
+    import pytest
+
+    from course_utils.scripts import runner
+
+    script = tmp_path / "job.sbatch"
+    body = "srun {flag} bash -c 'if [ $SLURM_NODEID = 1 ]; then exit 3; fi; sleep 60'\n"
+    script.write_text(body.format(flag="--kill-on-bad-exit=1"))
+    start = time.monotonic()
+    with pytest.raises(runner.LauncherError, match="exited with code 3"):
+        slurm_local.run_sbatch_locally(script, nodes=2, timeout=50)
+    assert time.monotonic() - start < 20
+    script.write_text(body.format(flag=""))
+    with pytest.raises(runner.LauncherError, match="still running after 3 s"):
+        slurm_local.run_sbatch_locally(script, nodes=2, timeout=3)
+
+
+def test_killing_a_node_needs_torchrun_as_the_parent():
+    import pytest
+
+    with pytest.raises(RuntimeError, match="is not torchrun"):
+        elastic_train._torchrun_agent()
+
+
 def test_quiz_08_redone_steps_follow_from_the_checkpoint_interval():
     from course_utils import quiz
 
-    answer = {q.number: q.options[q.answer] for q in quiz.load(8).questions}[5]
+    answer = {q.number: q.options[q.answer] for q in quiz.load(8).questions}[4]
     every, killed_before = 5, 14
     last_saved = (killed_before - 1) // every * every
     assert (

@@ -251,3 +251,13 @@ def test_a_result_that_cannot_be_sent_back_is_named(tmp_path):
         "cannot be pickled" in info.value.message and "cannot pickle '_thread.lock'" in info.value.traceback
     )
     _assert_all_gone(tmp_path, 2)
+
+
+def test_a_platform_without_posix_signals_is_refused_with_the_way_out(monkeypatch):
+    """Native Windows has no SIGKILL, SIGHUP or SIGQUIT: a clear error, not an AttributeError."""
+    monkeypatch.delattr(signal, "SIGHUP")
+    monkeypatch.delattr(signal, "SIGQUIT")
+    with pytest.raises(
+        LaunchError, match=r"SIGHUP, SIGQUIT do not exist .* Linux, macOS, or Windows through WSL"
+    ):
+        launch(examples.hello, world_size=2)

@@ -8,12 +8,12 @@ from torch import nn
 from course_utils import devices, launch
 from course_utils.model_parallel import (
     VerticalSplit,
+    ddp_split_gradients,
     lookup_placed,
     partition_sequential,
     place_embedding_tables,
 )
 from course_utils.pipeline.vertical import timed_training_step
-from course_utils.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
 TIMEOUT = 60
 
@@ -68,7 +68,10 @@ def test_memory_per_device_adds_up():
     assert table["parameters"].tolist() == [16 * 16 + 16, 3 * (16 * 16 + 16)]
     assert table["weights_MB"].tolist() == pytest.approx([272 * 4 / 1e6, 816 * 4 / 1e6])
     assert table["optimizer_MB"].tolist() == pytest.approx([2 * w for w in table["weights_MB"]])
-    assert table["activations_MB"].tolist() == pytest.approx([2 * 10 * 16 * 4 / 1e6, 6 * 10 * 16 * 4 / 1e6])
+    # what autograd saves: each part's input (its first Linear keeps it) and every ReLU's output
+    # (the next Linear's input: the same tensor); the Linear outputs only feed a ReLU, which keeps
+    # its own output instead
+    assert table["activations_MB"].tolist() == pytest.approx([2 * 10 * 16 * 4 / 1e6, 4 * 10 * 16 * 4 / 1e6])
 
 
 def test_timed_step_shows_one_device_busy_at_a_time():
@@ -79,6 +82,38 @@ def test_timed_step_shows_one_device_busy_at_a_time():
     assert all(a.end <= b.start for a, b in zip(order, order[1:], strict=False)), "two parts overlapped"
     assert t.peak_activations() == [1, 1] and t.bubble_fraction >= 0.45  # each idles while the other works
     assert all(p.grad is not None for p in split.parameters())
+
+
+def _ddp_over_splits(model, x, y):
+    return ddp_split_gradients(model, x, y, parts_per_rank=2)
+
+
+def test_ddp_over_a_split_model_gives_the_one_process_gradients():
+    torch.manual_seed(5)
+    x, y = torch.randn(12, 16), torch.randn(12, 16)
+    ref = make_model(layers=4)
+    nn.functional.mse_loss(ref(x), y).backward()
+    results = launch(
+        _ddp_over_splits, make_model(layers=4), x, y, world_size=2, timeout=TIMEOUT, show_output=False
+    )
+    for result in results:
+        assert result["devices"] == ["cpu"] and result["multi_device"] is False  # CPU stand-ins
+        assert list(result["grads"]) == [
+            f"parts.{k // 2}.{k}.0.{w}" for k in range(4) for w in ("weight", "bias")
+        ]
+        for (name, grad), q in zip(result["grads"].items(), ref.parameters(), strict=True):
+            torch.testing.assert_close(grad, q.grad, msg=name)
+
+
+def _ddp_odd_batch():
+    return ddp_split_gradients(make_model(layers=2), torch.randn(5, 16), torch.randn(5, 16))
+
+
+def test_ddp_over_a_split_model_names_a_batch_that_does_not_split():
+    from course_utils.launcher import RankFailedError
+
+    with pytest.raises(RankFailedError, match="a batch of 5 rows does not split evenly over 2 ranks"):
+        launch(_ddp_odd_batch, world_size=2, timeout=TIMEOUT, show_output=False)
 
 
 def test_embedding_tables_on_devices_look_up_the_same_rows():
@@ -93,17 +128,17 @@ def test_embedding_tables_on_devices_look_up_the_same_rows():
     torch.testing.assert_close(lookup_placed(model, sparse, devs[0]), expected)
 
 
-def _shard_parameter_counts():
-    linear = nn.Linear(1024, 1024)
-    count = lambda layer: sum(p.numel() for p in layer.parameters())  # noqa: E731
-    return count(ColumnParallelLinear(linear)), count(RowParallelLinear(linear))
-
-
 def test_quiz_05_numbers():
     """Quiz 05 answers the code computes."""
+    from course_utils.activation_memory import layer_output_bytes, saved_for_backward
     from course_utils.pipeline import gpipe, simulate
 
     t = simulate(gpipe(4, 1))  # Q2: 4 parts, one batch
     assert t.bubble_fraction == 0.75 and all(t.idle(d) / t.makespan == 0.75 for d in range(4))
-    counts = launch(_shard_parameter_counts, world_size=2, timeout=TIMEOUT, show_output=False)
-    assert counts == [(524_800, 525_312)] * 2  # Q4: column-parallel shard (row-parallel: D)
+    layers = [nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4).to("meta")]  # Q3: meta stands in for cuda:1
+    with pytest.raises(RuntimeError, match="not on the expected device"):
+        nn.Sequential(*layers)(torch.randn(2, 16))
+    part, x = make_model(layers=4, width=1024), torch.randn(512, 1024)  # Q4
+    assert round(x.nbytes / 1e6, 1) == 2.1
+    assert round(saved_for_backward(part, x).activation_bytes / 1e6, 1) == 10.5
+    assert round(layer_output_bytes(part, x) / 1e6, 1) == 16.8

@@ -27,3 +27,18 @@ def test_show_diff_is_the_change_from_one_step_to_the_next(capsys):
     show_diff(NaiveDDP, BucketedDDP)
     out = capsys.readouterr().out
     assert "+class BucketedDDP" in out and "-class NaiveDDP" in out
+
+
+def test_fold_details_keeps_the_idea_and_folds_the_machinery():
+    from course_utils.notebook import fold_details
+
+    source = (
+        "def f():\n    x = 1\n    # details: undo the signal handler\n    a()\n    b()\n"
+        "    # end details\n    return x"
+    )
+    assert fold_details(source) == "def f():\n    x = 1\n    # ... undo the signal handler\n    return x"
+    import pytest
+
+    for broken in ("# details: a\n# details: b\n# end details", "# end details", "# details: a\nx = 1"):
+        with pytest.raises(ValueError, match="line"):
+            fold_details(broken)

@@ -50,8 +50,12 @@ def test_one_kind_per_schedule_its_value_its_title_and_its_builder():
         ScheduleKind.INTERLEAVED_1F1B: interleaved_1f1b(2, 2, 2),
         ScheduleKind.ZERO_BUBBLE_H1: zero_bubble_h1(2, 2),
     }
-    assert [str(kind) for kind in ScheduleKind] == ["gpipe", "1f1b", "interleaved_1f1b", "zero_bubble_h1"]
-    assert [kind.title for kind in ScheduleKind] == ["GPipe", "1F1B", "Interleaved 1F1B", "ZB-H1"]
+    assert [str(kind) for kind in ScheduleKind] == [
+        "gpipe", "1f1b", "interleaved_1f1b", "zero_bubble_h1", "zb_v", "interleaved_zb",
+    ]  # fmt: skip
+    assert [kind.title for kind in ScheduleKind] == [
+        "GPipe", "1F1B", "Interleaved 1F1B", "ZB-H1", "ZB-V (torch)", "Interleaved ZB (torch)",
+    ]  # fmt: skip
     for kind, schedule in made.items():
         assert schedule.kind is kind and schedule.name == kind.title and kind == kind.value
         assert BUILDERS[kind] is SCHEDULE_KINDS[kind].build and BUILDERS[kind.value] is BUILDERS[kind]

@@ -186,4 +186,6 @@ def test_quiz_07_answers_are_what_the_code_computes():
     )
     received = [sum(row[s] for row in routed) for s in range(4)]
     assert received.index(max(received)) == 0 and answers[5].startswith("Rank 0")
-    assert answers[7] == f"{sharding.MemoryBudget(1, optimizer='adam').training_bytes(100_000 * 16):,} bytes"
+    plain = sharding.MemoryBudget(1, optimizer="adam").training_bytes(100_000 * 16)
+    fused = 4 * (100_000 * 16 + 100_000)  # weights + one row-wise Adagrad float per row, no gradient
+    assert answers[7] == f"{plain:,} and {fused:,}"

@@ -90,6 +90,63 @@ def test_deprecated_launch_passes_local_rank_as_an_argument():
     assert "torch.distributed.launch is deprecated" in run.stderr[0]
 
 
+def test_a_script_with_only_the_old_local_rank_spelling_fails_under_the_old_launcher():
+    with pytest.raises(runner.LauncherError) as failure:
+        runner.run_torchrun(
+            "course_utils.scripts.legacy_launch",
+            nproc_per_node=1,
+            launcher="torch.distributed.launch",
+            args=["--old-spelling"],
+            timeout=120,
+        )
+    assert "error: unrecognized arguments: --local-rank=0" in failure.value.stderr
+
+
+def test_the_training_skeleton_equals_one_process_on_the_combined_batches():
+    """Two DDP ranks on their sampler shares end where one process ends that takes, at each step,
+    the mean loss over both ranks' batches (equal sizes: the average of their gradients)."""
+    import torch
+    from torch.utils.data import DistributedSampler
+
+    from course_utils.scripts import train_skeleton as ts
+
+    run = runner.run_torchrun("course_utils.scripts.train_skeleton", nproc_per_node=2, timeout=180)
+    reports = run.reports
+    assert [r["rank"] for r in reports] == [0, 1] and all(r["backend"] == "gloo" for r in reports)
+    shares = [set(r["indices"]) for r in reports]
+    assert not shares[0] & shares[1] and shares[0] | shares[1] == set(range(ts.SAMPLES))
+    assert reports[0]["weights"] == reports[1]["weights"]
+    saved = torch.cat([torch.tensor(v).view(-1) for v in reports[0]["saved"].values()])
+    assert list(reports[0]["saved"]) == ["weight", "bias"]
+    assert torch.equal(saved, torch.tensor(reports[0]["weights"]))
+
+    g = torch.Generator().manual_seed(0)
+    features = torch.randn(ts.SAMPLES, ts.FEATURES, generator=g)
+    targets = features @ torch.arange(1.0, ts.FEATURES + 1).unsqueeze(1)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(ts.FEATURES, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    samplers = [DistributedSampler(range(ts.SAMPLES), num_replicas=2, rank=r, seed=0) for r in (0, 1)]
+    for epoch in range(ts.EPOCHS):
+        orders = []
+        for sampler in samplers:
+            sampler.set_epoch(epoch)
+            orders.append(list(sampler))
+        if epoch == 0:
+            assert orders == [r["indices"] for r in reports]
+        for start in range(0, len(orders[0]), ts.BATCH):
+            losses = [
+                torch.nn.functional.mse_loss(model(features[idx]), targets[idx])
+                for idx in (order[start : start + ts.BATCH] for order in orders)
+            ]
+            optimizer.zero_grad()
+            (sum(losses) / 2).backward()
+            optimizer.step()
+    single = torch.cat([p.detach().view(-1) for p in model.parameters()])
+    torch.testing.assert_close(torch.tensor(reports[0]["weights"]), single, rtol=1e-5, atol=1e-5)
+    assert reports[0]["last_loss"] < reports[0]["first_loss"] / 2
+
+
 def test_mp_spawn_sets_no_environment_and_needs_explicit_ranks():
     with tempfile.TemporaryDirectory() as out:
         runner.spawn_and_wait(
@@ -209,3 +266,21 @@ def test_run_together_adds_each_command_its_own_variables():
         [show, show], timeout=60, extra_env=[{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
     )
     assert [out.strip() for out, _ in outputs] == ["0 1", "1 1"]
+
+
+def test_a_launcher_error_keeps_the_ranks_exception_that_torchrun_pushed_out_of_the_tail():
+    stderr = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "train.py", line 3, in <module>',
+            "ValueError: --batch-size must be a multiple of the world size, got 100 for 3 ranks",
+            *[f"torchrun summary line {i}" for i in range(30)],
+        ]
+    )
+    tail = runner._tail(stderr).splitlines()
+    assert tail[0] == (
+        "(first error) ValueError: --batch-size must be a multiple of the world size, got 100 for 3 ranks"
+    )
+    assert tail[-1] == "torchrun summary line 29" and len(tail) == 17
+    short = "torch.distributed.DistStoreError: Timed out\nlast line"
+    assert runner._tail(short) == short  # already in the tail: nothing added

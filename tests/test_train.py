@@ -86,3 +86,13 @@ def test_optimizers_by_name_and_by_object(logs):
     assert len(hist.step_loss) == 2 and hist.epochs[0].keys() == {"epoch", "train_loss"}
     with pytest.raises(ValueError, match="epochs"):
         train.train(model, logs[:100], epochs=0)
+
+
+def test_history_times_every_step_in_wall_and_cpu_time(logs):
+    _, hist = run(logs)
+    steps = len(hist.step_loss)
+    assert len(hist.step_seconds) == len(hist.step_cpu_seconds) == steps
+    assert all(cpu > 0 for cpu in hist.step_cpu_seconds)
+    # one thread: a step cannot use more CPU time than the wall time it spans (clock resolution aside)
+    assert all(cpu <= wall + 2e-3 for cpu, wall in zip(hist.step_cpu_seconds, hist.step_seconds, strict=True))
+    assert sum(hist.step_cpu_seconds) <= hist.cpu_seconds

@@ -13,18 +13,29 @@ Two ways to save, for the two ways a model is spread over ranks:
   the checkpoint can be loaded by a different number of ranks, or
   whole by one process (:func:`load_sharded`, :func:`load_full_tables`).
 
+While training goes on: ``dcp.async_save`` copies the state to CPU memory and writes it in
+a background thread (:class:`Checkpointer`, ``background``); an :class:`AppState` (the
+``Stateful`` protocol, with ``get_state_dict``/``set_state_dict``) gathers model, optimizer,
+data position and step; :class:`GlobalPositionSampler` stores the data position as a global
+sample count, so that another number of ranks can resume it.
+
 A resume must restore everything the next step depends on: the weights, the
 optimizer's state (Adam's moments and step count), and the position in the data
 (:class:`ResumableSampler`: the epoch and how many samples of it were used).
 
 Modules: ``replicated`` (rank-0 save, load, the resumable sampler, the training state),
 ``sharded`` (DCP save and load of a model that lists its pieces: ``ShardedModel``),
-``interval`` (how often to save: Young and Daly's interval).
+``app_state`` (``AppState``), ``position`` (``GlobalPositionSampler``), ``background``
+(blocking or asynchronous DCP saves, and the run that measures them), ``interval`` (how
+often to save: Young and Daly's interval).
 
 Taught in chapter 08.
 """
 
+from .app_state import AppState
+from .background import Checkpointer, latest_complete
 from .interval import young_daly_interval
+from .position import GlobalPositionSampler
 from .replicated import (
     ResumableSampler,
     load_on_every_rank,
@@ -46,4 +57,8 @@ __all__ = [
     "save_sharded",
     "load_sharded",
     "load_full_tables",
+    "AppState",
+    "GlobalPositionSampler",
+    "Checkpointer",
+    "latest_complete",
 ]

@@ -1,6 +1,6 @@
 """How often to checkpoint: Young and Daly's interval, ``sqrt(2 * C * M)``.
 
-Taught in chapter 08 (section 7, what changes at cluster scale).
+Taught in chapter 08 (section 8, what changes at cluster scale).
 """
 
 from __future__ import annotations

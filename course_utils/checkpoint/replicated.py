@@ -1,7 +1,7 @@
 """Replicated state (DDP: every rank has the same model): rank 0 saves, every rank loads.
 
 Rank 0 writes one file with ``torch.save`` between two barriers (``save_on_rank0``),
-under a temporary name then renamed, so a rank killed mid-save never leaves half a
+under a temporary name, synced to the disk, then renamed, so a rank killed mid-save never leaves half a
 checkpoint; every rank reads it back (``load_on_every_rank``). ``training_state`` holds
 all the next step depends on: weights, optimizer state, the data position
 (``ResumableSampler``: the epoch and how many of its samples were used), step count
@@ -33,14 +33,34 @@ def save_on_rank0(state: dict, path: str | os.PathLike) -> None:
 
     The first barrier makes sure every rank has finished the step being saved; the
     second that no rank goes on to read (or to crash) before the file is complete.
+    The file is written under a temporary name, flushed to the disk (``fsync``), then
+    renamed over the old one (``os.replace``, atomic), and the folder is synced so that
+    the rename itself survives a power loss: at every moment the path holds the old
+    checkpoint or the new one, complete.
     """
     dist.barrier()
     if dist.get_rank() == 0:
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        torch.save(state, tmp)
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())  # the bytes are on the disk before the name points at them
         os.replace(tmp, path)  # atomic: the old checkpoint or the new one, never half of one
+        _fsync_folder(path.parent)  # ... and the new name is on the disk too
     dist.barrier()
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Flush a folder's entries (a rename) to the disk; a no-op where folders cannot be opened."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # Windows cannot open a folder
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def load_on_every_rank(path: str | os.PathLike, map_location="cpu") -> dict | None:
@@ -76,7 +96,7 @@ class ResumableSampler(DistributedSampler):
         return iter(list(super().__iter__())[self.consumed :])
 
     def __len__(self) -> int:
-        return self.num_samples - self.consumed
+        return max(0, self.num_samples - self.consumed)
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "consumed": self.consumed}

@@ -1,7 +1,8 @@
 """Chapter 02: process groups and collectives, by hand and measured.
 
 - ``groups``: ``init_group`` (``init_process_group`` with clear errors), ``free_port``;
-- ``ring``: ``ring_all_reduce`` from point-to-point messages, and its schedule;
+- ``ring``: ``plain_ring_all_reduce`` and the tuned ``ring_all_reduce`` from point-to-point
+  messages, and their schedule;
 - ``demos``: every collective on a few ranks, before and after, as text and a figure;
 - ``bandwidth``: algorithm and bus bandwidth, timing all-reduces, the alpha-beta model.
 
@@ -10,12 +11,13 @@ Taught in chapter 02.
 
 from . import bandwidth, demos
 from .groups import GroupInitError, free_port, init_group
-from .ring import bytes_sent_per_rank, ring_all_reduce, ring_schedule
+from .ring import bytes_sent_per_rank, plain_ring_all_reduce, ring_all_reduce, ring_schedule
 
 __all__ = [
     "bandwidth",
     "demos",
     "ring_all_reduce",
+    "plain_ring_all_reduce",
     "ring_schedule",
     "bytes_sent_per_rank",
     "init_group",

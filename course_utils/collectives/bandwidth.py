@@ -18,7 +18,7 @@ latency ``alpha`` plus ``n / w`` bytes at ``beta`` seconds per byte::
 Small messages pay mostly ``alpha`` (latency-bound), large ones mostly
 ``beta`` (bandwidth-bound); the bus bandwidth tends to ``1 / beta``.
 
-Taught in chapter 02 (section 5, bandwidth against message size).
+Taught in chapter 02 (section 6, bandwidth against message size).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ its position: after ``all_to_all`` rank 1 holds ``[1, 11, 21, 31]``. Each
 result as text and ``plot`` draws all of them, colouring each number by the rank
 it came from (grey: a sum of several ranks).
 
-Taught in chapter 02 (section 3, every collective, before and after).
+Taught in chapter 02 (section 4, every collective, before and after).
 """
 
 from __future__ import annotations
@@ -63,6 +63,23 @@ def demo_all_gather():
     parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
     dist.all_gather(parts, t)
     return _out(t), _out(torch.cat(parts))
+
+
+def demo_gather():
+    """gather(t, parts, dst=0): rank 0 gets every rank's tensor, in rank order; the others nothing."""
+    t = start_tensor(1)  # one number per rank: [10r]
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())] if dist.get_rank() == 0 else None
+    dist.gather(t, parts, dst=0)  # only the destination passes a list
+    return _out(t), _out(torch.cat(parts)) if parts is not None else []
+
+
+def demo_scatter():
+    """scatter(out, parts, src=0): rank 0's tensor is cut into w pieces; rank r gets piece r."""
+    t = start_tensor()
+    out = torch.empty(1, device=t.device)
+    parts = list(t.chunk(dist.get_world_size())) if dist.get_rank() == 0 else None
+    dist.scatter(out, parts, src=0)  # only the source passes a list
+    return _out(t), _out(out)
 
 
 def demo_reduce_scatter():
@@ -137,6 +154,8 @@ DEMOS = {
     "reduce": demo_reduce,
     "all_reduce": demo_all_reduce,
     "all_gather": demo_all_gather,
+    "gather": demo_gather,
+    "scatter": demo_scatter,
     "reduce_scatter": demo_reduce_scatter,
     "all_to_all": demo_all_to_all,
     "send/recv": demo_send_recv,

@@ -21,7 +21,7 @@ by one can wait for each other forever: with 2 ranks the right and the left
 neighbour are the same process, and both directions share one NCCL stream. A
 batch starts its send and its receive as one operation. Gloo just posts them.
 
-Taught in chapter 02 (section 4, all-reduce by hand: the ring).
+Taught in chapter 02 (section 5, all-reduce by hand: the ring).
 """
 
 from __future__ import annotations
@@ -136,6 +136,33 @@ def _send_and_copy(outgoing, incoming, right, left, group, tag) -> None:
         work.wait()
 
 
+def plain_ring_all_reduce(tensor: torch.Tensor, group=None) -> torch.Tensor:
+    """The ring in its plainest form: sum a contiguous ``tensor`` (any shape) over ``group``, in place.
+
+    ``2 (w - 1)`` steps (``ring_schedule``); at each, one chunk (``numel / w``
+    elements) goes to the right neighbour while one arrives from the left, the pair
+    posted together. Reduce-scatter adds what arrives, all-gather copies it.
+    ``ring_all_reduce`` is the same ring, tuned (segments, reused buffers).
+    """
+    _check(tensor, group)
+    w, r = dist.get_world_size(group), dist.get_rank(group)
+    chunks = torch.tensor_split(tensor.view(-1), w)  # w views of the flat tensor
+    right, left = _global_rank(group, (r + 1) % w), _global_rank(group, (r - 1) % w)
+    for phase, _, send_i, recv_i in ring_schedule(r, w):
+        incoming = torch.empty_like(chunks[recv_i])
+        pair = [
+            dist.P2POp(dist.isend, chunks[send_i], right, group),
+            dist.P2POp(dist.irecv, incoming, left, group),
+        ]
+        for work in dist.batch_isend_irecv(pair):  # send and receive posted as one
+            work.wait()
+        if phase == "reduce-scatter":
+            chunks[recv_i].add_(incoming)
+        else:
+            chunks[recv_i].copy_(incoming)
+    return tensor
+
+
 def ring_all_reduce(tensor: torch.Tensor, group=None, segment_bytes: int = 1 << 20) -> torch.Tensor:
     """Sum ``tensor`` over the ranks of ``group`` in place, by hand; same result as ``dist.all_reduce``.
 
@@ -150,6 +177,7 @@ def ring_all_reduce(tensor: torch.Tensor, group=None, segment_bytes: int = 1 << 
     chunk-sized scratch memory is needed. Each send is posted with its paired
     receive in one ``batch_isend_irecv`` (safe on NCCL, see the module docstring).
     """
+    # details: check the arguments; nothing to do for one rank or an empty tensor
     _check(tensor, group)
     if segment_bytes < tensor.element_size():
         raise ValueError(
@@ -159,15 +187,18 @@ def ring_all_reduce(tensor: torch.Tensor, group=None, segment_bytes: int = 1 << 
     w, r = dist.get_world_size(group), dist.get_rank(group)
     if w == 1 or tensor.numel() == 0:
         return tensor
+    # end details
     data = tensor if tensor.is_contiguous() else tensor.contiguous()
     chunks = torch.tensor_split(data.view(-1), w)  # views, no copy; sizes differ by <= 1
     right, left = _global_rank(group, (r + 1) % w), _global_rank(group, (r - 1) % w)
+    # details: two scratch buffers of one segment each, and message tags every rank agrees on
     segment = segment_bytes // tensor.element_size()
     scratch = [
         torch.empty(min(segment, chunks[0].numel()), dtype=tensor.dtype, device=tensor.device)
         for _ in range(2)
     ]
     tags_per_step = -(-chunks[0].numel() // segment)  # every rank agrees: chunk 0 is the largest
+    # end details
 
     for phase, step, send_i, recv_i in ring_schedule(r, w):
         if phase == "reduce-scatter":

@@ -13,11 +13,24 @@ The diff from ``naive.py``:
 
 Which parameters share a bucket matters. A bucket can only leave when its
 *last* gradient is ready, so a bucket should hold gradients that backward
-produces one after the other. The first backward fills buckets in reverse order
-of ``model.parameters()`` (a guess) and records the order the gradients really
-arrive in; after it, the buckets are rebuilt in that order (rank 0's, broadcast,
-so every rank agrees). In a DLRM the guess is poor: the bottom MLP is registered
-after the tables but gets its gradients last.
+produces one after the other. Ours fills the first backward's buckets in reverse
+order of ``model.parameters()`` (a guess) and records the order the gradients
+really arrive in; after it, the buckets are rebuilt in that order (rank 0's,
+broadcast, so every rank agrees). In a DLRM the guess is poor: the bottom MLP is
+registered after the tables but gets its gradients last.
+
+What torch's DDP does (``torch/nn/parallel/distributed.py``, ``_ddp_init_helper``):
+with ``find_unused_parameters=False`` (the default) or ``static_graph=True`` it gives
+``dist._compute_bucket_assignment_by_size`` the limit ``sys.maxsize``, so the *first*
+iteration has **one bucket holding every gradient**, all-reduced once the whole
+backward is done (no overlap; its comment: parameters need not be in execution
+order, and an early all-reduce could pair with another collective). The reducer
+records the order the gradients arrive in, and at the start of the second forward
+(``reducer._rebuild_buckets()``) rebuilds the buckets in that order with 1 MiB for
+the first and 25 MiB for the others. With ``find_unused_parameters=True`` its
+first iteration does guess: buckets cut from the parameters in registration order
+(the first closed once it passes 1 MiB), launched last to first; an order guess like ours, cut at
+other places. After the rebuild both agree, bucket for bucket.
 
 Buckets are launched strictly in order (bucket 1 only after bucket 0, ...) even
 if a later one fills first: every rank must issue the same collectives in the
@@ -163,6 +176,7 @@ class BucketedDDP(NaiveDDP):
         for bucket in self.buckets:
             if bucket.work is not None:
                 bucket.work.wait()
+        # details: a bucket that never filled (a parameter without gradient) is an error
         if unfinished:
             self._reset()
             raise RuntimeError(
@@ -170,6 +184,7 @@ class BucketedDDP(NaiveDDP):
                 "was not called), so their buckets never filled; every rank must give every "
                 "parameter a gradient (or freeze it with requires_grad_(False))"
             )
+        # end details
         for bucket in self.buckets:
             for i, p in enumerate(bucket.params):
                 p.grad.copy_(bucket.view(i))
@@ -199,8 +214,9 @@ class BucketedDDP(NaiveDDP):
 def settle_ddp_buckets(ddp_model, *example_inputs) -> None:
     """One throwaway forward and backward, so that DDP has fixed its gradient buckets.
 
-    DDP first packs the gradients into buckets in reverse parameter order, then, at the
-    second forward, repacks them in the order the first backward produced them. With
+    DDP first packs all the gradients into one bucket (with the default
+    ``find_unused_parameters=False``), then, at the second forward, repacks them into
+    1 MiB / 25 MiB buckets in the order the first backward produced them. With
     more than two ranks the all-reduce adds the ranks' values in an order that depends
     on a value's position in its bucket, so a freshly built DDP (a resumed run) would add
     in another order than a long-running one and drift in the last bits. Calling this

@@ -28,6 +28,7 @@ import os
 import pickle
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import uuid
@@ -78,6 +79,24 @@ def _start_method(requested: str) -> str:
     return method
 
 
+POSIX_SIGNALS = ("SIGKILL", "SIGHUP", "SIGQUIT")
+
+
+def _check_platform() -> None:
+    """Refuse, with the way out, a platform without the POSIX signals the launcher relies on.
+
+    The engine and ``stop_unfinished`` end ranks with SIGKILL and save and restore the
+    handlers of SIGHUP and SIGQUIT; native Windows has none of them.
+    """
+    missing = [name for name in POSIX_SIGNALS if not hasattr(signal, name)]
+    if missing:
+        raise LaunchError(
+            f"launch needs POSIX signals, and {', '.join(missing)} do not exist on this platform "
+            f"({sys.platform}): run the course on Linux, macOS, or Windows through WSL "
+            "(the Windows Subsystem for Linux), or on Colab or Kaggle"
+        )
+
+
 def _preload_for_fork() -> None:
     """Import, once, what every rank would otherwise import on its own after the fork.
 
@@ -110,6 +129,7 @@ def launch(
     if some rank has not returned after ``timeout`` seconds, and
     ``KeyboardInterrupt`` if interrupted; in every case all ranks are stopped.
     """
+    _check_platform()
     if timeout <= 0:
         raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
     backend = pick_backend(world_size, backend)

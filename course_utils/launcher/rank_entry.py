@@ -92,6 +92,7 @@ def run_rank(payload, spec: RankSpec) -> bytes:
     The result goes back pickled, every tensor in it moved to the CPU
     (``result_bytes``): the notebook never receives a CUDA tensor.
     """
+    # details: prepare the process: freeze inherited garbage, die at once when stopped, print to its log
     # A forked rank inherits the parent's objects, garbage included (say, the store
     # of an earlier launch). Collected here, a native destructor would join threads
     # this process does not have, and abort it. Freezing leaves them to the parent.
@@ -101,6 +102,7 @@ def run_rank(payload, spec: RankSpec) -> bytes:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     _use_redirected_stdio()
+    # end details
     rank = int(os.environ["RANK"])
     _write(marker(spec.run_dir, rank, "pid"), str(os.getpid()))
 
@@ -121,20 +123,24 @@ def run_rank(payload, spec: RankSpec) -> bytes:
         result = fn(*args)
         sent = result_bytes(result)
     except BaseException as exc:
+        # details: leave the exception and its traceback in rank<r>.error for the launcher
         _write(
             marker(spec.run_dir, rank, "error"), f"{type(exc).__name__}\n{exc}\n\x00{_user_traceback(exc)}"
         )
+        # end details
         raise
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
     _write(marker(spec.run_dir, rank, "done"), "")
     if dist.is_initialized():
+        # details: wait until every rank has returned, then destroy the process group
         # Tear the group down only once every rank has returned: closing our end
         # early would turn a peer that is still (or forever) waiting for us into
         # a "connection reset" error instead of the hang it really is.
         _wait_for_all_done(spec.run_dir, dist.get_world_size())
         dist.destroy_process_group()
+        # end details
     return sent
 
 

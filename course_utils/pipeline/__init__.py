@@ -13,13 +13,18 @@ type), ``simulate`` (costs, simulator, formulas), ``plot``, ``trace`` (Chrome /
 Perfetto JSON), ``mlp`` (the model cut into stages), ``executor`` (one process's
 stages and program, one step at a time), ``runs`` (real processes started, their
 steps measured), ``torch_pipelining`` (the same through torch.distributed.pipelining),
-``vertical`` (chapter 05's vertical split, one step measured as a Timeline).
+``vertical`` (chapter 05's vertical split, one step measured as a Timeline), ``recompute``
+(activation recomputation measured on one stage), ``plain`` (1F1B written out by hand, the
+optimizer step after the flush), ``pipeline_dp`` (pipeline copies trained data parallel).
 
 Taught in chapter 06.
 """
 
 from .lowering import Op, check_lowered, lower
 from .mlp import MLPConfig, reference_step
+from .pipeline_dp import run_pipeline_training, train_one_process
+from .plain import train_step_1f1b
+from .recompute import measure_recompute
 from .runs import MeasuredRun, PipelineRun, run_schedule, run_schedules
 from .schedules import (
     SCHEDULE_KINDS,
@@ -76,4 +81,8 @@ __all__ = [
     "run_schedule",
     "run_schedules",
     "chrome_trace",
+    "train_step_1f1b",
+    "run_pipeline_training",
+    "train_one_process",
+    "measure_recompute",
 ]

@@ -37,7 +37,7 @@ program, one training step at a time. Starting the processes and measuring the
 steps is ``runs.run_schedule``. Tested on gloo (CPU); NCCL (one GPU per
 process) is chosen by ``launch`` when there are enough GPUs.
 
-Taught in chapter 06 (section 9, on real processes).
+Taught in chapter 06 (section 12, the executor on real processes).
 """
 
 from __future__ import annotations
@@ -205,13 +205,16 @@ def run_step(program: list, workers: dict, schedule: Schedule, data: tuple, devi
     origin = CudaSpan(device).start()  # time zero of this step's timeline
     for item in plan:
         if isinstance(item, list):  # messages: post them together, move on
+            # details: post the batch; keep each receive's work, and each sent tensor until it is sent
             for op, work, tensor in post(item, inbox, outbox, s, ys[0].shape, device):
                 if op.kind == "recv":
                     arriving[op.action] = work
                 else:
                     sending.append((work, tensor))  # the tensor lives until its send is done
+            # end details
             continue
         a = item.action
+        # details: wait for the tensor this compute needs (F: from stage n-1, B: from stage n+1)
         source = {
             "F": Action("F", a.stage - 1, a.microbatch),
             "B": Action("B", a.stage + 1, a.microbatch),
@@ -220,12 +223,16 @@ def run_step(program: list, workers: dict, schedule: Schedule, data: tuple, devi
             arriving.pop(source).wait()
         first_f, last_f = a.kind == "F" and a.stage == 0, a.kind == "F" and a.stage == s.num_stages - 1
         received = xs[a.microbatch].to(device) if first_f else inbox.pop(source, None)
+        target = ys[a.microbatch].to(device) if last_f else None
+        # end details
         span = CudaSpan(device, origin).start()  # on a GPU: events on the compute stream,
-        out = workers[a.stage].run(a, received, ys[a.microbatch].to(device) if last_f else None)
+        out = workers[a.stage].run(a, received, target)  # F, B or W of one stage, one micro-batch
         spans.append((a, span.end()))  # so waiting for a message is not billed to it
+        # details: hand the output to the next stage: here (inbox), or to a later send op (outbox)
         nxt = consumer_stage(a)
         if out is not None and 0 <= nxt < s.num_stages:  # to the next stage: here, or via a send op
             (inbox if s.device_of(nxt) == rank else outbox)[a] = out.detach()
+        # end details
     for work, _ in sending:
         work.wait()
     synchronize(device)
@@ -241,7 +248,8 @@ class ScheduleRunner:
         modules = config.stages(s.num_stages)
         self.workers = {
             n: StageWorker(modules[n].to(device), n, s.num_stages, s.m, s.split_backward)
-            for n in range(rank, s.num_stages, s.p)
+            for n in range(s.num_stages)
+            if s.device_of(n) == rank
         }
         self.schedule, self.device, self.steps = s, device, []
         self.data, self.program = config.microbatches(s.m), lower(s)[rank]

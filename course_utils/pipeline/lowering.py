@@ -10,12 +10,15 @@ Whether that program finishes depends on how a send behaves:
 
 * non-blocking (``isend``): a send returns at once; a receive waits for its
   message. Then the program finishes exactly when the schedule respects the
-  dependencies, and ``check_lowered`` proves it for a given schedule.
+  dependencies, and ``check_lowered`` proves it for a given schedule. That is gloo,
+  whose messages progress in the background; on NCCL a send may wait on the GPU for
+  its receiver unless it is buffered, so the course posts each message together with
+  the one it meets (``dist.batch_isend_irecv``: ``plain``, ``executor``).
 * blocking (rendezvous): a send also waits until the receiver is at the
   matching receive. Two devices that both send first then wait for each other
   forever; 1F1B does exactly that (``blocking_sends=True`` shows it).
 
-Taught in chapter 06 (section 8, from a schedule to messages).
+Taught in chapter 06 (section 9, from a schedule to messages).
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """The model the pipeline chapters run: a deep MLP, cut into stages.
 
 ``MLPConfig(width, layers, batch)`` builds ``layers`` blocks ``Linear(width,
-width) + ReLU`` (a stand-in for a DLRM's dense tower, deep enough to cut),
+width) + ReLU`` (standing for a large dense tower, the kind of model pipelining is for;
+a DLRM's own MLPs are far too small to cut),
 deterministic data ``x [batch, width]``, ``y [batch, width]``, and the loss,
 mean squared error over the whole batch. With ``m`` equal micro-batches, the
 sum over micro-batches of ``mse(micro-batch) / m`` is that same loss, so a
 pipeline's gradients must equal the unpipelined model's.
 
-Taught in chapter 06 (section 9, on real processes).
+Taught in chapter 06 (section 12, the executor on real processes).
 """
 
 from __future__ import annotations

@@ -92,21 +92,23 @@ def draw_gantt(
 
 
 def draw_activations(timeline, ax, xmax: float | None = None) -> None:
-    """Step curves of live activations per device on ``ax``."""
-    t0 = timeline.start
-    for d, peak in enumerate(timeline.peak_activations()):
+    """Step curves of live activations per device on ``ax``, in stage-equivalents (one
+    micro-batch's activations of a whole device stage; an interleaved stage counts 1/v)."""
+    t0, v = timeline.start, timeline.meta.get("v", 1)
+    for d, peak in enumerate(timeline.peak_stage_equivalents()):
         steps = timeline.live_activations(d) + [(t0 + timeline.makespan, 0)]
         offset = 0.06 * (d - (timeline.num_devices - 1) / 2)  # keeps equal curves apart
         ax.step(
             [t - t0 for t, _ in steps],
-            [c + offset for _, c in steps],
+            [c / v + offset for _, c in steps],
             where="post",
             lw=1.3,
-            label=f"device {d} (peak {peak})",
+            label=f"device {d} (peak {peak:g})",
         )
     ax.set_xlim(0, (xmax or timeline.makespan) * 1.09)
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("live\nactivations", fontsize=8)
+    if v == 1:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("activations held\n(stage-equivalents)", fontsize=8)
     ax.set_xlabel(f"time ({timeline.unit})", fontsize=8)
     ax.tick_params(labelsize=8)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)

@@ -41,13 +41,15 @@ class ScheduleKind(str, Enum):
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED_1F1B = "interleaved_1f1b"
     ZERO_BUBBLE_H1 = "zero_bubble_h1"
+    ZB_V = "zb_v"  # torch's ScheduleZBVZeroBubble, read by ``from_torch``
+    INTERLEAVED_ZB = "interleaved_zb"  # torch's ScheduleInterleavedZeroBubble, read by ``from_torch``
 
     def __str__(self) -> str:
         return self.value
 
     @property
     def title(self) -> str:  # shadows str.title: the display name, e.g. "1F1B"
-        return SCHEDULE_KINDS[self].title
+        return (SCHEDULE_KINDS.get(self) or TORCH_ONLY_TITLES[self]).title
 
 
 class Action(NamedTuple):
@@ -67,7 +69,8 @@ class Action(NamedTuple):
 class Schedule:
     """Per device (``devices[d]``), the ordered actions it runs.
 
-    p devices, m micro-batches, v stages per device (p * v stages in all; stage n on device n % p).
+    p devices, m micro-batches, v stages per device (p * v stages in all; stage n on device n % p,
+    unless ``placement`` gives each stage's device, e.g. ZB-V's "V": 0 1 .. p-1 p-1 .. 1 0).
     ``split_backward``: B is the input gradient only and a separate W computes the weight gradient.
     ``kind``: a ``ScheduleKind`` or its string value; ``name``: its display name, e.g. "1F1B".
     """
@@ -78,6 +81,7 @@ class Schedule:
     v: int
     devices: tuple
     split_backward: bool = False
+    placement: tuple | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "kind", ScheduleKind(self.kind))
@@ -91,7 +95,7 @@ class Schedule:
         return self.p * self.v
 
     def device_of(self, stage: int) -> int:
-        return stage % self.p
+        return self.placement[stage] if self.placement else stage % self.p
 
     def __str__(self) -> str:
         head = f"{self.name}: p={self.p} devices, m={self.m} micro-batches, {self.num_stages} stages"
@@ -222,3 +226,14 @@ SCHEDULE_KINDS = {
     ScheduleKind.ZERO_BUBBLE_H1: KindInfo(zero_bubble_h1, "ZB-H1", None),
 }
 SCHEDULES = {kind: info.build for kind, info in SCHEDULE_KINDS.items()}  # kind -> builder
+
+
+class _Title(NamedTuple):
+    title: str
+
+
+# kinds built from torch's own action lists (``from_torch``): a display name, no builder here
+TORCH_ONLY_TITLES = {
+    ScheduleKind.ZB_V: _Title("ZB-V (torch)"),
+    ScheduleKind.INTERLEAVED_ZB: _Title("Interleaved ZB (torch)"),
+}

@@ -11,7 +11,8 @@ same numbers and the same plot describe a prediction and a measurement.
                       a pipeline without bubbles (interleaved: (p-1)/(vm))
     live_activations  per device, how many micro-batches' activations are held
                       over time: +1 when F(n,m) starts, -1 when the last
-                      backward of (n,m) ends (B, or W where B is split)
+                      backward of (n,m) ends (B, or W where B is split);
+                      ``peak_stage_equivalents`` counts an interleaved stage as 1/v
 
 Taught in chapter 06 (chapter 05 measures one step as a Timeline).
 """
@@ -104,8 +105,14 @@ class Timeline:
         return steps
 
     def peak_activations(self) -> list[int]:
-        """Per device, the most micro-batch activations held at once."""
+        """Per device, the most micro-batch activations held at once (one per stage and
+        micro-batch: an interleaved device's stages are 1/v of a device's layers each)."""
         return [max(c for _, c in self.live_activations(d)) for d in range(self.num_devices)]
+
+    def peak_stage_equivalents(self) -> list[float]:
+        """``peak_activations`` in whole-device stages: with v stages per device each counts 1/v."""
+        v = self.meta.get("v", 1)
+        return [c / v for c in self.peak_activations()]
 
     # --- views ---------------------------------------------------------------------
     def summary(self) -> str:

@@ -12,7 +12,7 @@ unpipelined model's, and the hand-written executor's.
 schedule in the same processes, a step of each in turn, so that both see the
 same machine.
 
-Taught in chapter 06 (section 10, the same with ``torch.distributed.pipelining``).
+Taught in chapter 06 (section 13, the same with ``torch.distributed.pipelining``).
 """
 
 from __future__ import annotations

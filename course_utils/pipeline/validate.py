@@ -48,7 +48,7 @@ def validate(schedule: Schedule) -> Schedule:
             if s.device_of(a.stage) != d:
                 raise ValueError(
                     f"{s.name}: {a!r} is on device {d}, but stage {a.stage} lives on "
-                    f"device {s.device_of(a.stage)} (stage n on device n % p)"
+                    f"device {s.device_of(a.stage)} (stage n on device n % p, or as its placement says)"
                 )
             if a in seen:
                 raise ValueError(

@@ -7,7 +7,7 @@ launcher fails or outlives it, every launcher is killed with its whole process g
 (the runner of chapter 02 does the process handling). ``timeline`` turns the ranks'
 event logs into a deterministic account, attempt by attempt; ``plot_restarts`` draws it.
 
-Taught in chapter 08 (section 4, elastic restarts with ``torchrun``; section 5, two nodes).
+Taught in chapter 08 (section 5, elastic restarts with ``torchrun``; section 6, two nodes).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def run_elastic(
     timeout: float = 180.0,
     script_args: list[str] | tuple = (),
 ) -> ElasticRun:
-    """``torchrun [--standalone | --nnodes N --node-rank i --rdzv-backend c10d ...] --nproc-per-node P
+    """``torchrun [--standalone | --nnodes N --rdzv-backend c10d ...] --nproc-per-node P
     --max-restarts R -m course_utils.scripts.elastic_train --out OUT *script_args``, one per node.
 
     Raises ``runner.LauncherError`` if a launcher fails (e.g. more failures than restarts)
@@ -66,7 +66,7 @@ def run_elastic(
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
     commands = []
-    for node, own in enumerate(runner.node_environments(nnodes, nproc_per_node)):
+    for own in runner.node_environments(nnodes, nproc_per_node):
         env = ["env", *(f"{k}={v}" for k, v in {**SHARED_STORE_FIX, **own}.items())]
         where = (
             ["--standalone"]
@@ -74,9 +74,7 @@ def run_elastic(
             else [
                 "--nnodes",
                 str(nnodes),
-                "--node-rank",
-                str(node),
-                "--rdzv-backend",
+                "--rdzv-backend",  # c10d numbers the nodes as they join: no --node-rank
                 "c10d",
                 "--rdzv-endpoint",
                 f"127.0.0.1:{port}",
@@ -114,12 +112,10 @@ def run_elastic(
 
 
 def _steps(events: list[dict], attempt: int) -> list[int]:
-    done = {}
-    for e in events:
-        if e["attempt"] == attempt and e["event"] == "step":
-            done.setdefault(e["rank"], []).append(e["step"])
-    common = set.intersection(*map(set, done.values())) if done else set()
-    return sorted(common)
+    """The steps some rank finished in ``attempt``. (When a rank dies, the others are stopped
+    a moment later, sometimes before they have logged the step they were finishing; the rank
+    that died logged every step before its death.)"""
+    return sorted({e["step"] for e in events if e["attempt"] == attempt and e["event"] == "step"})
 
 
 def timeline(events: list[dict]) -> list[str]:
@@ -137,12 +133,17 @@ def timeline(events: list[dict]) -> list[str]:
         lines.append(f"attempt {attempt}: ranks {ranks} {how}")
         steps = _steps(events, attempt)
         if steps:
-            lines.append(f"  steps {steps[0]}..{steps[-1]} done by every rank")
+            lines.append(f"  steps {steps[0]}..{steps[-1]} done")
         saved = [e["step"] for e in mine if e["event"] == "checkpoint"]
         if saved:
             lines.append(f"  rank 0 saved checkpoints at steps {saved}")
         for e in mine:
-            if e["event"] == "killed":
+            if e["event"] == "killed" and e.get("what", "rank") == "node":
+                lines.append(
+                    f"  rank {e['rank']} killed its torchrun agent, then itself, with SIGKILL before "
+                    f"step {e['step']}: its whole node was gone"
+                )
+            elif e["event"] == "killed":
                 lines.append(
                     f"  rank {e['rank']} killed itself with SIGKILL before step {e['step']}; "
                     "torchrun stopped the other ranks and restarted all of them"
@@ -156,16 +157,30 @@ def timeline(events: list[dict]) -> list[str]:
 
 
 def plot_restarts(events: list[dict], title: str = "elastic training: what happened"):
-    """Steps done per attempt (bars), checkpoints (ticks), the kill (a cross), resumes (arrows)."""
+    """Steps done per attempt (bars; hatched: steps an earlier attempt had already done, the
+    work redone), checkpoints (ticks), the kill (a cross), resumes (arrows)."""
     import matplotlib.pyplot as plt
 
     attempts = sorted({e["attempt"] for e in events})
     fig, ax = plt.subplots(figsize=(8, 0.9 + 0.7 * len(attempts)), dpi=90)
+    done_before: set[int] = set()
     for y, attempt in enumerate(attempts):
         mine = [e for e in events if e["attempt"] == attempt]
         steps = _steps(events, attempt)
-        if steps:
-            ax.barh(y, len(steps), left=steps[0] - 1, height=0.5, color="tab:blue", alpha=0.6)
+        for step in steps:
+            redone = step in done_before
+            ax.barh(
+                y,
+                1,
+                left=step - 1,
+                height=0.5,
+                color="tab:orange" if redone else "tab:blue",
+                alpha=0.6,
+                hatch="///" if redone else None,
+                edgecolor="black" if redone else "none",
+                linewidth=0,
+            )
+        done_before |= set(steps)
         for e in mine:
             if e["event"] == "checkpoint":
                 ax.plot(e["step"], y, marker="|", markersize=20, markeredgewidth=3, color="tab:green")
@@ -182,7 +197,7 @@ def plot_restarts(events: list[dict], title: str = "elastic training: what happe
                 )
     ax.set_yticks(range(len(attempts)), [f"attempt {a}" for a in attempts])
     ax.invert_yaxis()
-    ax.set_xlabel("training step (blue: done; green: checkpoint; red: rank killed)")
+    ax.set_xlabel("training step (blue: done; orange, hatched: redone; green: checkpoint; red: rank killed)")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig

@@ -8,7 +8,9 @@ the data position (``course_utils.checkpoint``). At start-up every rank loads th
 latest checkpoint, if there is one, and carries on from there. To show a failure,
 rank ``--kill-rank`` kills itself with SIGKILL just before step ``--kill-at-step``,
 on the first attempt only; torchrun then stops the other ranks and starts them all
-again (``--max-restarts``). A rank counts its attempts in its own event log:
+again (``--max-restarts``). With ``--kill-what node`` it first kills its torchrun agent:
+the whole node is gone, and no restart inside the job can bring it back (under SLURM the
+job ends and is requeued, chapter 08 section 7). A rank counts its attempts in its own event log:
 torchrun's ``TORCHELASTIC_RESTART_COUNT`` counts the failures *one node's* agent saw, so
 on several nodes a node whose ranks did not fail may still say 0 after a restart. Each rank
 appends what it does to
@@ -41,6 +43,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--kill-at-step", type=int, default=-1, help="... just before this step, first attempt only"
     )
+    parser.add_argument(
+        "--kill-what",
+        choices=["rank", "node"],
+        default="rank",
+        help="rank: the rank kills itself (torchrun restarts the ranks); node: it kills its "
+        "torchrun agent first, as when a whole machine dies (under torchrun only)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--forget",
@@ -66,6 +75,22 @@ def attempt_number(out: Path, rank: int) -> int:
     return sum(
         json.loads(line)["event"] in ("started", "resumed") for line in path.read_text().splitlines() if line
     )
+
+
+def _torchrun_agent() -> int:
+    """The process id of the torchrun agent that started this rank (its parent)."""
+    parent = os.getppid()
+    try:
+        command = Path(f"/proc/{parent}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        command = ""
+    if "torchrun" not in command and "torch.distributed.run" not in command:
+        raise RuntimeError(
+            "--kill-what node kills the torchrun agent that started this rank, but the parent "
+            f"process {parent} is not torchrun ({command[:80]!r}); run the script under torchrun "
+            "(Linux) or use --kill-what rank"
+        )
+    return parent
 
 
 def train(args: argparse.Namespace) -> dict:
@@ -119,7 +144,9 @@ def train(args: argparse.Namespace) -> dict:
         sampler.set_epoch(epoch)
         for dense, sparse, label in loader:
             if attempt == 0 and rank == args.kill_rank and step + 1 == args.kill_at_step:
-                _log(args.out, attempt=attempt, rank=rank, event="killed", step=step + 1)
+                _log(args.out, attempt=attempt, rank=rank, event="killed", step=step + 1, what=args.kill_what)
+                if args.kill_what == "node":
+                    os.kill(_torchrun_agent(), signal.SIGKILL)
                 os.kill(os.getpid(), signal.SIGKILL)
             loss = train_step(model, optimizer, Batch(dense.to(device), sparse.to(device), label.to(device)))
             sampler.advance(len(label))

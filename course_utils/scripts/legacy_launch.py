@@ -5,9 +5,12 @@
 The old launcher passes ``--local-rank=N`` on each rank's command line (unless
 ``--use-env``); torchrun passes nothing and sets ``LOCAL_RANK`` instead. This
 script accepts both spellings of the argument and records what it received
-in ``DIR/rank<R>.json``, next to the ``LOCAL_RANK`` variable.
+in ``DIR/rank<R>.json``, next to the ``LOCAL_RANK`` variable. With
+``--old-spelling`` it accepts only ``--local_rank``, as scripts written for
+PyTorch 1.x did: since PyTorch 2.0 the launcher writes ``--local-rank``, and
+argparse rejects it.
 
-Taught in chapter 02 (section 6, launchers: the deprecated ``torch.distributed.launch``).
+Taught in chapter 02 (section 7, launchers: the deprecated ``torch.distributed.launch``).
 """
 
 from __future__ import annotations
@@ -21,11 +24,18 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    old_spelling = "--old-spelling" in argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for rank<R>.json")
     parser.add_argument(
-        "--local-rank",
-        "--local_rank",
+        "--old-spelling",
+        action="store_true",
+        help="accept only --local_rank, as scripts written before PyTorch 2.0 did",
+    )
+    spellings = ["--local_rank"] if old_spelling else ["--local-rank", "--local_rank"]
+    parser.add_argument(
+        *spellings,
+        dest="local_rank",
         type=int,
         default=None,
         help="given by torch.distributed.launch; torchrun sets LOCAL_RANK instead",

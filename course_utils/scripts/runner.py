@@ -8,7 +8,7 @@ returns the reports in global-rank order. ``spawn_and_wait`` is
 left running: a launcher that fails or outlives ``timeout`` is killed with its
 whole process group, and its partners with it.
 
-Taught in chapter 02 (section 6, launchers); chapters 04 and 08 run their scripts with it.
+Taught in chapter 02 (section 7, launchers); chapters 04 and 08 run their scripts with it.
 """
 
 from __future__ import annotations
@@ -68,7 +68,14 @@ def node_environments(nnodes: int, nproc_per_node: int) -> list[dict[str, str]]:
 
 
 class LauncherError(RuntimeError):
-    """A launcher exited with an error or was stopped after its timeout."""
+    """A launcher exited with an error or was stopped after its timeout.
+
+    ``stderr``: the whole stderr of the launcher that failed (its ranks' too), "" after a timeout.
+    """
+
+    def __init__(self, message: str, stderr: str = ""):
+        super().__init__(message)
+        self.stderr = stderr
 
 
 @dataclass
@@ -203,7 +210,8 @@ def run_together(
         i = failed[0]
         raise LauncherError(
             f"launcher {i} of {len(procs)} exited with code {procs[i].returncode}"
-            f"{_hint(outputs[i][1])}; the end of its stderr:\n{_tail(outputs[i][1])}"
+            f"{_hint(outputs[i][1])}; the end of its stderr:\n{_tail(outputs[i][1])}",
+            stderr=outputs[i][1],
         )
     if running:
         raise LauncherError(
@@ -230,10 +238,22 @@ def _hint(stderr: str) -> str:
     return ""
 
 
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): ")
+
+
 def _tail(text: str, lines: int = 15) -> str:
-    """The last lines of a launcher's stderr, without c10's log prefix "W1122 15:30:01.1 pid file.py:12]"."""
+    """The last lines of a launcher's stderr, without c10's log prefix "W1122 15:30:01.1 pid file.py:12]".
+
+    torchrun ends with its own summary of the failure, which can push a rank's exception out of
+    the last lines; the first exception line (``ValueError: ...``) is then put first.
+    """
     kept = [_C10_PREFIX.sub("", ln) for ln in text.splitlines()]
-    return "\n".join([ln for ln in kept if ln.strip(" *")][-lines:])
+    kept = [ln for ln in kept if ln.strip(" *")]
+    tail = kept[-lines:]
+    first_error = next((ln for ln in kept if _EXCEPTION_LINE.match(ln.strip())), None)
+    if first_error is not None and first_error not in tail:
+        tail = [f"(first error) {first_error.strip()}", "...", *tail]
+    return "\n".join(tail)
 
 
 def spawn_and_wait(fn, args: tuple, nprocs: int, timeout: float = 120.0) -> None:

@@ -1,8 +1,8 @@
 """Data parallel DLRM training as a script, for torchrun on one machine or a cluster.
 
     torchrun --nproc-per-node 2 -m course_utils.scripts.train_ddp --out DIR
-    torchrun --nnodes 2 --node-rank R --nproc-per-node 8 --rdzv-backend c10d \\
-             --rdzv-endpoint HOST:29500 -m course_utils.scripts.train_ddp --out DIR \\
+    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
+             --rdzv-id JOB -m course_utils.scripts.train_ddp --out DIR \\
              --kind torch --parquet clicks.parquet --steps 1000 --batch 65536
 
 The same loop as the notebooks (``course_utils.ddp.ddp_worker``): torchrun sets
@@ -11,7 +11,9 @@ group (NCCL when every local rank has a GPU, else gloo; ``COURSE_BACKEND=gloo`` 
 environment forces gloo), trains, and each rank
 writes ``DIR/rank<R>.json``: its final loss curve, a fingerprint of its
 parameters (per-tensor sums, to compare runs without shipping the weights) and,
-on rank 0, AUC and log loss on held-out rows.
+on rank 0, AUC and log loss on held-out rows. (With the c10d rendezvous, node ranks are
+assigned when the nodes meet: no ``--node-rank``; ``--rdzv-id`` names the job, the same on
+every node. ``scripts/ddp_canonical.py`` is the same kind of script in plain PyTorch.)
 
 Data: ``--parquet FILE`` (each rank reads only its own row groups; their count
 must be a multiple of the world size, see ``python -m course_utils.data

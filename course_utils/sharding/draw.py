@@ -20,8 +20,8 @@ PANELS = (
 
 def draw_pattern(traffic_by_kind: dict, title: str = ""):
     """One row of heatmaps per sharding kind (``{kind: [Traffic.as_dict() per rank]}``): cell
-    ``(src, dst)`` is the bytes rank ``src`` sent rank ``dst`` in one step, for the ids going
-    out, the pooled embeddings coming back and the gradients of the backward pass; one colour
+    ``(src, dst)`` is the bytes rank ``src`` sent rank ``dst`` in one step (written in B or KiB), for
+    the ids going out, the pooled embeddings coming back and the gradients of the backward pass; one colour
     scale for all panels, so darker means more bytes anywhere in the figure."""
     import matplotlib.pyplot as plt
 
@@ -39,10 +39,10 @@ def draw_pattern(traffic_by_kind: dict, title: str = ""):
                     ax.text(
                         d,
                         s,
-                        "-" if s == d else f"{nbytes / 1024:.1f}K" if nbytes >= 1024 else str(nbytes),
+                        "-" if s == d else f"{nbytes / 1024:.1f} KiB" if nbytes >= 1024 else f"{nbytes} B",
                         ha="center",
                         va="center",
-                        fontsize=8,
+                        fontsize=7,
                     )
             ax.set_xticks(range(len(m)))
             ax.set_yticks(range(len(m)))
@@ -50,7 +50,7 @@ def draw_pattern(traffic_by_kind: dict, title: str = ""):
             ax.set_xlabel("to rank", fontsize=8)
             if col == 0:
                 ax.set_ylabel("from rank", fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=10)
+    unit = "cell (src, dst): bytes rank src sent to rank dst (B = bytes, KiB = 1024 bytes)"
+    fig.suptitle(f"{title}\n{unit}" if title else unit, fontsize=10)
     fig.tight_layout()
     return fig

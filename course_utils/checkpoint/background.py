@@ -1,0 +1,251 @@
+"""Checkpoints written while training goes on: ``dcp.async_save`` against the blocking ``dcp.save``.
+
+``dcp.save`` returns when every rank's file is on disk: the training loop stands still
+for the whole write. ``dcp.async_save`` first copies the state into CPU memory (staging:
+the checkpoint is of the step it was called at, even if training then changes the
+weights), starts the write in a background thread and returns a ``Future``; the loop
+goes on at once. Two rules come with it: wait for the previous save (``future.result()``)
+before starting the next one, and give the background thread a process group of its own
+with a CPU backend (``dist.new_group(backend="gloo")``), since its planning collectives run
+while the training's collectives run on the default group (``async_save`` refuses a group
+without a CPU backend: "A CPU backend must be enabled for async save").
+
+Each checkpoint goes into a folder of its own, ``step_000015``; DCP writes the folder's
+``.metadata`` last (under a temporary name, then renamed), so a folder without it is an
+incomplete save and :func:`latest_complete` skips it. Only the last ``keep`` complete
+folders are kept.
+
+:func:`train_big_table` is the run the chapter measures: data-parallel training of a model
+whose state (a 200,000 x 64 embedding table and its Adagrad sums) is over 100 MB,
+checkpointed with an :class:`~course_utils.checkpoint.AppState` every few steps.
+
+Taught in chapter 08 (section 4, asynchronous checkpoints).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from .app_state import AppState
+from .position import GlobalPositionSampler
+
+__all__ = [
+    "Checkpointer",
+    "latest_complete",
+    "folder_bytes",
+    "slowest_rank_stalls",
+    "BigTableModel",
+    "train_big_table",
+]
+
+
+def latest_complete(folder: str | os.PathLike) -> Path | None:
+    """The ``step_*`` subfolder of ``folder`` with the highest step that has a ``.metadata``, or None."""
+    done = sorted(p for p in Path(folder).glob("step_*") if (p / ".metadata").exists())
+    return done[-1] if done else None
+
+
+def folder_bytes(folder: str | os.PathLike) -> int:
+    """Bytes of all the files in ``folder``."""
+    return sum(p.stat().st_size for p in Path(folder).iterdir() if p.is_file())
+
+
+class Checkpointer:
+    """Save ``{"app": state}`` into ``folder/step_<step>``, blocking (``dcp.save``) or in the
+    background (``dcp.async_save``). Every rank calls :meth:`save` at the same steps.
+
+    ``group``: the process group for DCP's collectives (a gloo group of its own).
+    ``keep``: complete checkpoints kept on disk (rank 0 deletes the older ones).
+    """
+
+    def __init__(self, folder: str | os.PathLike, mode: str, group=None, keep: int = 2):
+        if mode not in ("blocking", "async"):
+            raise ValueError(f"mode must be 'blocking' or 'async', got {mode!r}")
+        if keep < 1:
+            raise ValueError(f"keep must be at least 1 (the checkpoint to resume from), got {keep}")
+        self.folder, self.mode, self.group, self.keep = Path(folder), mode, group, keep
+        self.pending = None  # the Future of the save still being written
+        self.waited: list[float] = []  # per save: seconds spent waiting for the previous one
+        self.stager = None  # async: the CPU copy of the state, reused from one save to the next
+
+    def save(self, state, step: int) -> float:
+        """Checkpoint ``state`` as of ``step``; returns the seconds the save call held the
+        caller up: blocking, the whole ``dcp.save``; async, ``async_save`` until it returns.
+        Before that, an async save waits for the previous one if it is still being written
+        (those seconds go to ``self.waited``)."""
+        import torch.distributed.checkpoint as dcp
+
+        start = time.perf_counter()
+        self.wait()
+        self.waited.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        path = str(self.folder / f"step_{step:06d}")
+        if self.mode == "blocking":
+            dcp.save({"app": state}, checkpoint_id=path, process_group=self.group)
+            self._prune()
+        else:
+            if self.stager is None:
+                self.stager = _reusable_stager()
+            extra = {} if self.stager is None else {"async_stager": self.stager}
+            response = dcp.async_save({"app": state}, checkpoint_id=path, process_group=self.group, **extra)
+            # torch >= 2.9 may answer with an AsyncSaveResponse (staging and upload futures)
+            self.pending = getattr(response, "upload_completion", response)
+        return time.perf_counter() - start
+
+    def wait(self) -> None:
+        """Block until the save in the background (if any) is complete on this rank."""
+        if self.pending is not None:
+            self.pending.result()
+            self.pending = None
+            self._prune()
+
+    def close(self) -> None:
+        """Wait for the last save, then free the staging buffers."""
+        self.wait()
+        if self.stager is not None:
+            self.stager.close()
+            self.stager = None
+
+    def _prune(self) -> None:
+        if dist.get_rank(self.group) != 0:
+            return
+        done = sorted(p for p in self.folder.glob("step_*") if (p / ".metadata").exists())
+        for old in done[: -self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _reusable_stager():
+    """A staging area that keeps its CPU buffers from one ``async_save`` to the next (the
+    default one is made and freed at every call, so each save allocates the whole state
+    again), or None where this torch has no ``DefaultStager``."""
+    try:
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+    except ImportError:
+        return None
+    return DefaultStager(
+        StagingOptions(
+            use_pinned_memory=torch.cuda.is_available(),  # faster copies from the GPU
+            use_shared_memory=False,
+            use_async_staging=False,  # the copy is done when async_save returns
+            use_non_blocking_copy=False,
+        )
+    )
+
+
+def slowest_rank_stalls(results: list[dict], key: str = "stalls") -> list[float]:
+    """Per checkpoint, the longest any rank spent in the save call (``key="waited"``: waiting
+    for the previous save). ``results``: what :func:`train_big_table` returned on each rank.
+    The next collective waits for the slowest rank, so that is the time the job stood still."""
+    return [max(per_rank) for per_rank in zip(*(r[key] for r in results), strict=True)]
+
+
+class BigTableModel(torch.nn.Module):
+    """A click model whose state is large and whose step is cheap: a sum-pooled embedding
+    table ``[rows, dim]`` with sparse gradients, then a linear layer. ``forward(ids [B, L]) -> [B]``."""
+
+    def __init__(self, rows: int, dim: int = 64, seed: int = 0):
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.table = torch.nn.EmbeddingBag(rows, dim, mode="sum", sparse=True)
+        self.head = torch.nn.Linear(dim, 1)
+        with torch.no_grad():
+            self.table.weight.copy_(torch.randn(rows, dim, generator=generator) * 0.01)
+            self.head.weight.copy_(torch.randn(1, dim, generator=generator) * 0.1)
+            self.head.bias.zero_()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.table(ids)).squeeze(1)
+
+
+def train_big_table(
+    folder: str | os.PathLike,
+    *,
+    steps: int,
+    checkpoint_every: int = 0,
+    mode: str = "blocking",
+    resume: bool = False,
+    stop_after: int | None = None,
+    rows: int = 200_000,
+    dim: int = 64,
+    global_batch: int = 128,
+    samples: int = 4096,
+    bag: int = 8,
+    seed: int = 0,
+) -> dict:
+    """Every rank calls this (default process group up): DDP training of :class:`BigTableModel`
+    with Adagrad on ``samples`` synthetic clicks (``bag`` ids each), ``global_batch`` samples a
+    step split over the ranks (:class:`GlobalPositionSampler`), checkpointed with an
+    :class:`AppState` every ``checkpoint_every`` steps (0: never) into ``folder``.
+
+    ``resume``: start from :func:`latest_complete` (any world size). ``stop_after``: stop
+    after that step (as if the job had been killed, once its last save was complete).
+    Returns ``{"weights" (rank 0's; {} on the others), "stalls" (seconds in the save call per
+    checkpoint), "waited" (seconds waiting for the previous save first), "seen" (this rank's
+    sample indices, in order), "started_at" (step resumed from), "checkpoint_bytes" (of the last one)}``.
+    """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    world = dist.get_world_size()
+    if global_batch % world:
+        raise ValueError(f"global_batch={global_batch} must divide evenly over {world} ranks")
+    per_rank = global_batch // world
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(rows, (samples, bag), generator=generator)
+    labels = torch.randint(0, 2, (samples,), generator=generator).float()
+
+    model = DDP(BigTableModel(rows, dim, seed))
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.05)
+    sampler = GlobalPositionSampler(samples, seed=seed)
+    app = AppState(model, optimizer, sampler)
+    group = dist.new_group(backend="gloo")  # DCP's own collectives, apart from the training's
+    checkpointer = Checkpointer(folder, mode, group, keep=1)  # disk: only the last complete one
+    started_at = 0
+    if resume:
+        import torch.distributed.checkpoint as dcp
+
+        path = latest_complete(folder)
+        if path is None:
+            raise FileNotFoundError(f"no complete checkpoint (step_* with .metadata) in {folder}")
+        dcp.load({"app": app}, checkpoint_id=str(path), process_group=group)
+        started_at = app.step
+
+    stalls, seen = [], []
+    while app.step < steps and app.step != stop_after:
+        order = list(sampler)
+        for start in range(0, len(order) - per_rank + 1, per_rank):
+            batch = order[start : start + per_rank]
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(model(ids[batch]), labels[batch])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            with warnings.catch_warnings():  # Adagrad's sparse update: a note about invariant checks
+                warnings.filterwarnings("ignore", message="Sparse invariant checks", category=UserWarning)
+                optimizer.step()
+            sampler.advance(per_rank)
+            app.step += 1
+            seen += batch
+            if checkpoint_every and app.step % checkpoint_every == 0:
+                stalls.append(checkpointer.save(app, app.step))
+            if app.step in (steps, stop_after):
+                break
+        else:
+            sampler.set_epoch(sampler.epoch + 1)
+    checkpointer.close()
+    last = latest_complete(folder) if checkpoint_every else None
+    weights = {}
+    if dist.get_rank() == 0:
+        weights = {k: v.detach().clone() for k, v in model.module.state_dict().items()}
+    return {
+        "weights": weights,
+        "stalls": stalls,
+        "waited": checkpointer.waited,
+        "seen": seen,
+        "started_at": started_at,
+        "checkpoint_bytes": folder_bytes(last) if last else 0,
+    }
