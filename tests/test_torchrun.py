@@ -4,6 +4,7 @@ torch.distributed.launch, torch.multiprocessing.spawn, and the runner's failures
 import json
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -282,5 +283,30 @@ def test_a_launcher_error_keeps_the_ranks_exception_that_torchrun_pushed_out_of_
         "(first error) ValueError: --batch-size must be a multiple of the world size, got 100 for 3 ranks"
     )
     assert tail[-1] == "torchrun summary line 29" and len(tail) == 17
+    aborted = "terminate called without an active exception\n" + "\n".join(f"summary {i}" for i in range(30))
+    first_line = runner._tail(aborted).splitlines()[0]
+    assert first_line == "(first error) terminate called without an active exception"
     short = "torch.distributed.DistStoreError: Timed out\nlast line"
     assert runner._tail(short) == short  # already in the tail: nothing added
+
+
+def test_a_rank_ends_without_the_interpreters_shutdown_only_when_main_returns(tmp_path):
+    """rank_exit: output flushed, exit code 0, and no shutdown (an atexit handler never runs);
+    an exception still exits through Python (traceback, code 1)."""
+    script = tmp_path / "rank.py"
+    script.write_text(
+        "import atexit, sys\n"
+        "from course_utils.scripts.rank_exit import run_without_interpreter_shutdown\n"
+        "atexit.register(lambda: print('interpreter shutdown ran'))\n"
+        "def main():\n"
+        "    print('results written', end='')\n"
+        "    if sys.argv[1] == 'fail':\n"
+        "        raise ValueError('bad rank')\n"
+        "run_without_interpreter_shutdown(main)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(runner.__file__).parents[2])}
+    ok = subprocess.run([sys.executable, str(script), "ok"], capture_output=True, text=True, env=env)
+    assert (ok.returncode, ok.stdout) == (0, "results written")
+    failed = subprocess.run([sys.executable, str(script), "fail"], capture_output=True, text=True, env=env)
+    assert failed.returncode == 1 and "ValueError: bad rank" in failed.stderr
+    assert failed.stdout == "results writteninterpreter shutdown ran\n"

@@ -34,6 +34,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
 from course_utils.models import DLRMConfig
+from course_utils.scripts.rank_exit import run_without_interpreter_shutdown
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -142,4 +143,4 @@ def summed_loss_local(model: nn.Module, rows: TensorDataset, device: torch.devic
 
 
 if __name__ == "__main__":
-    main()
+    run_without_interpreter_shutdown(main)  # why: rank_exit's docstring

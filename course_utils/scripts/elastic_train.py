@@ -28,6 +28,8 @@ import signal
 import time
 from pathlib import Path
 
+from course_utils.scripts.rank_exit import run_without_interpreter_shutdown
+
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -81,10 +83,13 @@ def _torchrun_agent() -> int:
     """The process id of the torchrun agent that started this rank (its parent)."""
     parent = os.getppid()
     try:
-        command = Path(f"/proc/{parent}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        argv = Path(f"/proc/{parent}/cmdline").read_bytes().decode().split("\0")
     except OSError:
-        command = ""
-    if "torchrun" not in command and "torch.distributed.run" not in command:
+        argv = []
+    command = " ".join(argv)
+    # the agent is `torchrun ...` or `python -m torch.distributed.run ...` (not, say, a test
+    # runner whose arguments name a file test_torchrun.py)
+    if not any(Path(a).name == "torchrun" or a == "torch.distributed.run" for a in argv[:3]):
         raise RuntimeError(
             "--kill-what node kills the torchrun agent that started this rank, but the parent "
             f"process {parent} is not torchrun ({command[:80]!r}); run the script under torchrun "
@@ -187,4 +192,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_without_interpreter_shutdown(main)  # why: rank_exit's docstring

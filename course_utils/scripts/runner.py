@@ -238,14 +238,16 @@ def _hint(stderr: str) -> str:
     return ""
 
 
-_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): ")
+# a Python exception ("ValueError: ...") or C++'s std::terminate ("terminate called after throwing ...")
+_EXCEPTION_LINE = re.compile(r"^(?:(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): |terminate called )")
 
 
 def _tail(text: str, lines: int = 15) -> str:
     """The last lines of a launcher's stderr, without c10's log prefix "W1122 15:30:01.1 pid file.py:12]".
 
     torchrun ends with its own summary of the failure, which can push a rank's exception out of
-    the last lines; the first exception line (``ValueError: ...``) is then put first.
+    the last lines; the first exception line (``ValueError: ...``, or C++'s ``terminate called
+    ...`` before a rank's SIGABRT) is then put first.
     """
     kept = [_C10_PREFIX.sub("", ln) for ln in text.splitlines()]
     kept = [ln for ln in kept if ln.strip(" *")]

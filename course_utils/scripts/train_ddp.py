@@ -29,6 +29,8 @@ import json
 import os
 from pathlib import Path
 
+from course_utils.scripts.rank_exit import run_without_interpreter_shutdown
+
 
 def parse(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -127,4 +129,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_without_interpreter_shutdown(main)  # why: rank_exit's docstring

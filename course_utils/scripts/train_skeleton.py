@@ -26,6 +26,8 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
+from course_utils.scripts.rank_exit import run_without_interpreter_shutdown
+
 SAMPLES, FEATURES, BATCH, EPOCHS = 256, 8, 16, 2
 
 
@@ -115,4 +117,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_without_interpreter_shutdown(main)  # why: rank_exit's docstring
