@@ -31,6 +31,8 @@ ended by this function, in 0 of 40.
 
 Used by the course's DDP scripts: ``ddp_canonical``, ``train_ddp``, ``train_skeleton``,
 ``elastic_train``.
+
+Taught in chapter 04 (section 10, the canonical script).
 """
 
 from __future__ import annotations
