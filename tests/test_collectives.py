@@ -384,6 +384,7 @@ def test_alpha_beta_fit_recovers_the_model():
     assert fit.busbw(1 << 30) == pytest.approx(1 / fit.beta, rel=0.01)  # large messages: 1 / beta
     # half the peak bus bandwidth at the size where the two terms are equal
     assert fit.busbw(fit.half_bandwidth_bytes) == pytest.approx(0.5 / fit.beta, rel=1e-6)
+    assert fit.peak_busbw == pytest.approx(1 / fit.beta)
     with pytest.raises(ValueError, match="world_size >= 2"):
         bandwidth.fit_alpha_beta(sizes, noisy, 1)
     with pytest.raises(ValueError, match="at least two different message sizes"):
@@ -515,3 +516,27 @@ def test_quiz_backend_for_more_ranks_than_gpus(monkeypatch):
     with pytest.raises(ValueError, match="needs one GPU per rank"):
         hardware.pick_backend(4, "nccl")
     assert _answer(8) == "`gloo`"
+
+
+def _unconstrained_alpha_beta(sizes, seconds, w):
+    """The relative-error least-squares fit with no sign constraint, as a check on the data."""
+    design = torch.tensor([[2.0 * (w - 1), 2.0 * (w - 1) / w * n] for n in sizes], dtype=torch.float64)
+    weights = 1 / torch.tensor(seconds, dtype=torch.float64).unsqueeze(1)
+    ones = torch.ones(len(sizes), 1, dtype=torch.float64)
+    return torch.linalg.lstsq(design * weights, ones).solution.squeeze(1)
+
+
+def test_alpha_beta_fit_never_gives_a_negative_term():
+    """Noisy times on an oversubscribed machine can make the free fit's alpha or beta negative; the fit
+    sets that term to 0 and refits the other alone, which then matches the times' level."""
+    sizes = [1 << 10, 1 << 14, 1 << 18, 1 << 22]
+    falling = [9e-3, 8e-3, 8e-3, 7e-3]  # larger messages faster: noise, not a model
+    assert _unconstrained_alpha_beta(sizes, falling, 4)[1] < 0
+    fit = bandwidth.fit_alpha_beta(sizes, falling, 4)
+    assert fit.beta == 0 and fit.peak_busbw == math.inf and fit.half_bandwidth_bytes == math.inf
+    assert 6 * fit.alpha == pytest.approx(8e-3, rel=0.1)  # six steps of alpha: about the times' level
+    doubling = [1 << 20, 1 << 21, 1 << 22, 1 << 23]
+    steep = [1e-3 * 4**k for k in range(4)]  # 4x the time for 2x the bytes: the free alpha is negative
+    assert _unconstrained_alpha_beta(doubling, steep, 2)[0] < 0
+    fit = bandwidth.fit_alpha_beta(doubling, steep, 2)
+    assert fit.alpha == 0 and fit.beta > 0 and fit.half_bandwidth_bytes == 0

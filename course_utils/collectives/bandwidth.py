@@ -128,17 +128,27 @@ class AlphaBeta:
         return bus_bandwidth(nbytes, self.seconds(nbytes), self.world_size)
 
     @property
+    def peak_busbw(self) -> float:
+        """The bus bandwidth large messages approach, ``1 / beta`` (bytes/s); ``inf`` if ``beta`` is 0."""
+        return math.inf if self.beta == 0 else 1 / self.beta
+
+    @property
     def half_bandwidth_bytes(self) -> float:
-        """The message size at which latency and bandwidth terms are equal (busbw = half its peak)."""
-        return self.world_size * self.alpha / self.beta
+        """The message size at which latency and bandwidth terms are equal (busbw = half its peak);
+        ``inf`` if ``beta`` is 0 (the latency term is then all there is)."""
+        return math.inf if self.beta == 0 else self.world_size * self.alpha / self.beta
 
 
 def fit_alpha_beta(nbytes: list[float], seconds: list[float], world_size: int) -> AlphaBeta:
     """Least-squares fit of the ring model to measured times, in *relative* error.
 
     Relative error weighs a 100-microsecond message as much as a 100-millisecond one
-    (plain least squares would fit only the large ones). Raises ``ValueError`` with
-    fewer than two sizes or for a world of one rank (nothing to communicate).
+    (plain least squares would fit only the large ones). Neither term can be negative:
+    where the free fit gives one a negative value (noisy times that do not grow with
+    the size), that term is set to 0 and the other is fitted alone, whichever of the two
+    such fits is closer (non-negative least squares, exact for two unknowns). Raises
+    ``ValueError`` with fewer than two sizes or for a world of one rank (nothing to
+    communicate).
     """
     if world_size < 2:
         raise ValueError("the alpha-beta model needs world_size >= 2 (one rank sends nothing)")
@@ -148,8 +158,16 @@ def fit_alpha_beta(nbytes: list[float], seconds: list[float], world_size: int) -
     design = torch.tensor([[2.0 * (w - 1), 2.0 * (w - 1) / w * n] for n in nbytes], dtype=torch.float64)
     t = torch.tensor(seconds, dtype=torch.float64)
     weights = (1 / t).unsqueeze(1)
-    solution = torch.linalg.lstsq(design * weights, torch.ones_like(t).unsqueeze(1)).solution
-    alpha, beta = (max(float(x), 0.0) for x in solution.squeeze(1))
+    a, target = design * weights, torch.ones_like(t)  # a: [sizes, 2]; model / time should be 1
+    alpha, beta = torch.linalg.lstsq(a, target.unsqueeze(1)).solution.squeeze(1).tolist()
+    if alpha < 0 or beta < 0:
+        one_term = []  # (squared error, alpha, beta), one column's coefficient each; both positive
+        for column in (0, 1):
+            x = a[:, column]
+            coefficient = float(x @ target / (x @ x))
+            error = float(((coefficient * x - target) ** 2).sum())
+            one_term.append((error, coefficient if column == 0 else 0.0, coefficient if column == 1 else 0.0))
+        _, alpha, beta = min(one_term)
     return AlphaBeta(alpha, beta, w)
 
 
