@@ -238,6 +238,25 @@ def test_a_killed_rank_is_blamed_not_the_peers_that_lost_it(tmp_path):
         _assert_all_gone(tmp_path, 3)
 
 
+def aborted_on_rank1(pid_dir):
+    _record_pid(pid_dir)
+    if dist.get_rank() == 1:
+        os.write(2, b"terminate called after throwing an instance of 'std::runtime_error'\n")
+        os.abort()  # SIGABRT, as C++'s std::terminate ends a process
+    dist.all_reduce(torch.ones(1))
+
+
+def test_a_rank_that_dies_in_native_code_is_reported_with_its_last_stderr_lines(tmp_path):
+    with pytest.raises(RankFailedError) as info:
+        launch(aborted_on_rank1, str(tmp_path), world_size=2, timeout=60, show_output=False)
+    assert info.value.rank == 1 and info.value.exc_type == "ProcessExit"
+    assert "SIGABRT" in info.value.message, str(info.value)
+    said = info.value.traceback
+    assert "its stderr as it died:)\nterminate called after throwing" in said, said
+    assert "Fatal Python error: Aborted" in said and "in aborted_on_rank1" in said, said
+    _assert_all_gone(tmp_path, 2)
+
+
 def unpicklable_result_on_rank1(pid_dir):
     _record_pid(pid_dir)
     return threading.Lock() if dist.get_rank() == 1 else dist.get_rank()

@@ -13,11 +13,13 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import re
 import signal
 from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+from .output import rank_log
 from .rank_entry import finished, marker, read_error
 
 
@@ -118,9 +120,31 @@ def diagnose_failure(
     message = f"the process {how} without a Python exception"
     if raised:
         message += f"; rank(s) {sorted(raised)} then lost their connection to it"
+    said = stderr_tail(run_dir, rank)
     return RankFailedError(
         rank,
         "ProcessExit",
         message,
-        "(no Python traceback; the launcher reported:)\n" + "\n".join(notes[-10:]),
+        (f"(no Python traceback; its stderr as it died:)\n{said}\n" if said else "(no Python traceback)\n")
+        + "(the launcher reported:)\n"
+        + "\n".join(notes[-10:]),
     )
+
+
+# C++'s std::terminate, glibc's heap checks ("malloc(): unaligned tcache chunk detected",
+# "double free or corruption"), Python's faulthandler
+_NATIVE_DEATH = re.compile(
+    r"terminate called|malloc\(\)|free\(\)|double free|corrupted|Fatal Python error|Segmentation fault"
+)
+
+
+def stderr_tail(run_dir: Path, rank: int, lines: int = 40) -> str:
+    """What rank ``rank`` wrote to stderr as it died in native code, at most ``lines`` lines from
+    the first line that says so (``_NATIVE_DEATH``): the C++ or glibc message, then Python's
+    "Fatal Python error: Aborted" and each thread's Python stack (the elastic agent turns
+    ``faulthandler`` on in every rank). If no such line is there, its last 10 lines; empty if
+    it wrote nothing."""
+    text = rank_log(Path(run_dir) / "logs", rank, "stderr").rstrip().splitlines()
+    text = [ln for ln in text if not ln.startswith("Extension modules:")]
+    start = next((i for i, ln in enumerate(text) if _NATIVE_DEATH.search(ln)), None)
+    return "\n".join(text[-10:] if start is None else text[start : start + lines]).rstrip()
