@@ -8,7 +8,13 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from course_utils import checkpoint, launch
-from course_utils.checkpoint.background import Checkpointer, latest_complete, train_big_table
+from course_utils.checkpoint.background import (
+    BigTableModel,
+    Checkpointer,
+    average_sparse_gradient,
+    latest_complete,
+    train_big_table,
+)
 
 SMALL = dict(rows=1000, dim=8, global_batch=64, samples=512)  # 8 steps an epoch
 
@@ -58,6 +64,22 @@ def test_checkpointer_rejects_bad_input(tmp_path):
 
 def _run(folder, world=2, **options):
     return launch(partial(train_big_table, folder, **SMALL, **options), world_size=world, timeout=120)
+
+
+def test_two_ranks_train_the_weights_one_process_trains(tmp_path):
+    """DDP averages the head's gradients, average_sparse_gradient the table's: each step is the
+    one-process step on the same 64 samples (the ranks' round-robin shares), up to rounding."""
+    one = _run(tmp_path / "one", world=1, steps=6)[0]["weights"]
+    two = _run(tmp_path / "two", world=2, steps=6)[0]["weights"]
+    assert one.keys() == two.keys() == {"table.weight", "head.weight", "head.bias"}
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], rtol=0, atol=1e-5, msg=name)
+    assert not torch.equal(one["table.weight"], BigTableModel(1000, 8).table.weight.detach())  # it trained
+
+
+def test_average_sparse_gradient_refuses_a_dense_gradient():
+    with pytest.raises(ValueError, match="sparse gradient"):
+        average_sparse_gradient(torch.nn.Parameter(torch.zeros(3)))
 
 
 def test_resume_from_an_async_checkpoint_is_bit_identical(tmp_path):

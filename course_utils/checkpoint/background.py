@@ -42,6 +42,7 @@ __all__ = [
     "folder_bytes",
     "slowest_rank_stalls",
     "BigTableModel",
+    "average_sparse_gradient",
     "train_big_table",
 ]
 
@@ -164,6 +165,30 @@ class BigTableModel(torch.nn.Module):
         return self.head(self.table(ids)).squeeze(1)
 
 
+def average_sparse_gradient(parameter: torch.nn.Parameter) -> None:
+    """Replace ``parameter.grad`` (sparse COO, ``[rows, dim]`` with ``nnz`` looked-up rows) by its
+    mean over the ranks of the default group: one ``dist.all_reduce`` of the sparse tensor (gloo
+    all-gathers every rank's indices and values and adds them), waited for here.
+
+    Why not leave it to DDP, which all-reduces sparse gradients too: DDP starts that all-reduce
+    in one of gloo's worker threads while the backward pass goes on and the dense bucket's
+    all-reduce starts in the other, and on torch 2.13 (CPU, 2 cores) that overlap now and then
+    corrupted the heap. A rank died with SIGSEGV, or SIGABRT ("malloc(): unaligned tcache chunk
+    detected"), in ``malloc`` called from ``AsyncSparseAllreduceWork``'s ``coalesce`` on a gloo
+    worker: in 2 of 20 launches of 2000 steps (``benchmarks/sparse_ddp_overlap.py``), in 3 of 77
+    repeats of chapter 08's two big runs, and once in the course's CI. Averaged here, after
+    backward, with nothing else running: 0 of 50 launches of 2000 steps.
+    """
+    grad = parameter.grad
+    if grad is None or not grad.is_sparse:
+        raise ValueError(
+            "average_sparse_gradient expects a parameter with a sparse gradient (call it after backward, "
+            "on an embedding built with sparse=True)"
+        )
+    dist.all_reduce(grad)  # in place: grad now holds the sum over the ranks
+    grad.div_(dist.get_world_size())
+
+
 def train_big_table(
     folder: str | os.PathLike,
     *,
@@ -200,7 +225,11 @@ def train_big_table(
     ids = torch.randint(rows, (samples, bag), generator=generator)
     labels = torch.randint(0, 2, (samples,), generator=generator).float()
 
-    model = DDP(BigTableModel(rows, dim, seed))
+    module = BigTableModel(rows, dim, seed)
+    # DDP averages the head's gradients; the table's sparse gradient is averaged after backward
+    # (average_sparse_gradient says why)
+    DDP._set_params_and_buffers_to_ignore_for_model(module, ["table.weight"])
+    model = DDP(module)
     optimizer = torch.optim.Adagrad(model.parameters(), lr=0.05)
     sampler = GlobalPositionSampler(samples, seed=seed)
     app = AppState(model, optimizer, sampler)
@@ -224,6 +253,7 @@ def train_big_table(
             loss = torch.nn.functional.binary_cross_entropy_with_logits(model(ids[batch]), labels[batch])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            average_sparse_gradient(module.table.weight)
             with warnings.catch_warnings():  # Adagrad's sparse update: a note about invariant checks
                 warnings.filterwarnings("ignore", message="Sparse invariant checks", category=UserWarning)
                 optimizer.step()
