@@ -11,6 +11,11 @@ Each helper names the torch that lacks something and gives the same result on ev
   aborts the process (SIGABRT). torch 2.13 sends float32. The course's stages send float32.
 * ``step_accepts_return_outputs(schedule)``: ``schedule.step(return_outputs=...)`` is new
   after torch 2.9; there, an unknown keyword would be passed on to the model's forward.
+* ``reusable_stager(options)``: a ``DefaultStager`` kept from one ``dcp.async_save`` to the
+  next, where this torch's can be reused. torch 2.11's ``DefaultStager`` clears its copier's
+  dispatch table after every staging, so its second staging fails (``KeyError: <class 'type'>``
+  in ``deepcopy_with_tensor_offload``); torch 2.9 and 2.13 keep it. Found by a probe, not by
+  version number.
 
 Not taught in a chapter: support code that the taught modules call, so they read the same on every torch.
 """
@@ -22,7 +27,13 @@ import inspect
 import torch
 import torch.distributed as dist
 
-__all__ = ["all_to_all", "all_to_all_by_pairs", "fix_init_handshake", "step_accepts_return_outputs"]
+__all__ = [
+    "all_to_all",
+    "all_to_all_by_pairs",
+    "fix_init_handshake",
+    "reusable_stager",
+    "step_accepts_return_outputs",
+]
 
 # (backend name, device type) pairs seen to lack the list form of all-to-all in this process.
 # The check is local to each process (the backend refuses the call before sending anything),
@@ -93,3 +104,22 @@ def fix_init_handshake(ops: list) -> list:
 def step_accepts_return_outputs(schedule) -> bool:
     """Whether ``schedule.step`` takes ``return_outputs`` (torch 2.9 does not)."""
     return "return_outputs" in inspect.signature(schedule.step).parameters
+
+
+def reusable_stager(options):
+    """A ``DefaultStager(options)`` that stages more than once, or None: where this torch has no
+    ``DefaultStager`` (``dcp.async_save`` then makes its own), or where its stager works only
+    once (torch 2.11: ``DefaultStager._stage`` ends by closing its ``StateDictStager``, which
+    empties the copier's dispatch table). The probe stages a one-element state twice."""
+    try:
+        from torch.distributed.checkpoint.staging import DefaultStager
+    except ImportError:
+        return None
+    stager = DefaultStager(options)
+    try:
+        for _ in range(2):
+            stager.stage({"probe": torch.zeros(1), "step": 0})
+    except Exception:  # a single-use stager: KeyError on torch 2.11
+        stager.close()
+        return None
+    return stager

@@ -236,3 +236,22 @@ def test_show_rank_output_drops_engine_lines(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out == "[rank 0] line from 0\n[rank 1] line from 1\n"
     assert err == "[rank 0] error from 0\n[rank 1] error from 1\n"
+
+
+def test_reusable_stager_stages_again_or_is_none():
+    """torch 2.11's DefaultStager works once (chapter 08's async_save failed there with
+    ``KeyError: <class 'type'>`` on the second save); the course then lets async_save make its own."""
+    staging = pytest.importorskip("torch.distributed.checkpoint.staging")
+    options = staging.StagingOptions(False, False, False, False)
+    stager = compat.reusable_stager(options)
+    if stager is None:  # this torch's stager is single-use: the course must not reuse it
+        once = staging.DefaultStager(options)
+        once.stage({"t": torch.ones(2)})
+        with pytest.raises(KeyError):
+            once.stage({"t": torch.ones(2)})
+        return
+    state = {"t": torch.arange(3.0), "step": 7}
+    for _ in range(3):
+        staged = stager.stage(state)
+        assert torch.equal(staged["t"], state["t"]) and staged["step"] == 7
+    stager.close()

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from .. import compat
 from .app_state import AppState
 from .position import GlobalPositionSampler
 
@@ -125,12 +126,12 @@ class Checkpointer:
 def _reusable_stager():
     """A staging area that keeps its CPU buffers from one ``async_save`` to the next (the
     default one is made and freed at every call, so each save allocates the whole state
-    again), or None where this torch has no ``DefaultStager``."""
+    again), or None where this torch has no reusable ``DefaultStager`` (``compat.reusable_stager``)."""
     try:
-        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+        from torch.distributed.checkpoint.staging import StagingOptions
     except ImportError:
         return None
-    return DefaultStager(
+    return compat.reusable_stager(
         StagingOptions(
             use_pinned_memory=torch.cuda.is_available(),  # faster copies from the GPU
             use_shared_memory=False,
