@@ -40,9 +40,11 @@ def source_of(obj) -> tuple[str, str]:
     """``(header, source)`` of a function, class, method or module: the header names its file
     (relative to the package's parent) and its qualified name; the source is dedented, so a
     method reads like a function."""
+    import course_utils
+
     path = Path(inspect.getsourcefile(inspect.unwrap(obj))).resolve()  # a decorated method's own file
-    try:
-        where = path.relative_to(Path(__file__).resolve().parents[1])
+    try:  # relative to the checkout, or to site-packages in a wheel install
+        where = path.relative_to(Path(course_utils.__file__).resolve().parents[1])
     except ValueError:
         where = path
     name = getattr(obj, "__qualname__", getattr(obj, "__name__", ""))

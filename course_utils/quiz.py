@@ -1,6 +1,7 @@
 """Chapter quizzes: show the questions in a notebook, grade a learner's answers.
 
-Each chapter NN has two files in ``quiz/`` (at the repository root)::
+Each chapter NN has two files in ``quiz/`` (at the repository root; installed with the package
+as ``course_utils/quiz_files``, see ``folder``)::
 
     chapterNN.md          # Chapter NN - Title, then "### 1. Question?" and options "A." to "D."
     chapterNN-answers.md  # the same, the right option in bold (**B. text**), then an explanation
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from .notebook import in_kernel
@@ -94,9 +96,16 @@ class Result:
 
 
 def folder(quiz_dir: str | os.PathLike | None = None) -> Path:
-    """The quiz folder: ``quiz_dir`` if given, else ``$COURSE_QUIZ_DIR``, else ``<repo>/quiz``."""
-    default = Path(__file__).resolve().parent.parent / "quiz"
-    return Path(quiz_dir or os.environ.get("COURSE_QUIZ_DIR") or default)
+    """The quiz folder: ``quiz_dir`` if given, else ``$COURSE_QUIZ_DIR``, else the checkout's
+    ``quiz/`` (in a checkout), else the copy installed with the package (``course_utils/quiz_files``,
+    e.g. after ``pip install git+...``)."""
+    if quiz_dir or os.environ.get("COURSE_QUIZ_DIR"):
+        return Path(quiz_dir or os.environ["COURSE_QUIZ_DIR"])
+    root = Path(__file__).resolve().parent.parent  # the checkout, or site-packages in a wheel install
+    if (root / "quiz").is_dir() and (root / "pyproject.toml").is_file():
+        return root / "quiz"
+    # pyproject.toml maps the package course_utils.quiz_files to the top-level quiz/
+    return Path(str(resources.files("course_utils") / "quiz_files"))
 
 
 def chapters(quiz_dir: str | os.PathLike | None = None) -> list[int]:
@@ -181,9 +190,10 @@ def load(chapter: int | str, quiz_dir: str | os.PathLike | None = None) -> Quiz:
     if not qfile.is_file():
         known = ", ".join(map(str, chapters(where)))
         found = f"quizzes exist for chapters {known}" if known else "there are no quizzes"
+        missing = "" if where.is_dir() else " (no such folder)"
         raise ValueError(
-            f"no quiz for chapter {n}; {found} in {where} "
-            f"(set COURSE_QUIZ_DIR or quiz_dir= to look elsewhere)"
+            f"no quiz for chapter {n}; {found} in {where}{missing} "
+            f"(set COURSE_QUIZ_DIR to the course's quiz/ folder, or pass quiz_dir=, to look elsewhere)"
         )
     if not afile.is_file():
         raise ValueError(f"{afile.name} is missing: add it next to {qfile.name}")

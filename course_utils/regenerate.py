@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
+CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"  # a checkout's; not in a wheel install
 
 
 def regenerate(path: Path, timeout: int = 600) -> float:
@@ -40,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
     args = parser.parse_args(argv)
+    if not args.notebooks and not CHAPTERS.is_dir():  # e.g. the course installed as a wheel
+        parser.error(
+            f"no chapters folder at {CHAPTERS}: with no notebooks named, regenerate re-executes the "
+            "chapters of a checkout (git clone the course, pip install -e . in it); or name the notebooks"
+        )
     paths = args.notebooks or sorted(CHAPTERS.glob("*.ipynb"))
     for path in paths:
         print(f"{path.name}: ", end="", flush=True)

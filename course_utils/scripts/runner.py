@@ -17,6 +17,7 @@ import json
 import os
 import re
 import signal
+import site
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch.multiprocessing as mp
+
+import course_utils
 
 from .. import hardware
 from ..collectives.groups import free_port
@@ -38,7 +41,9 @@ LAUNCHERS = {
     "torch.distributed.launch": [sys.executable, "-m", "torch.distributed.launch"],
 }
 _C10_PREFIX = re.compile(r"^[WIE]\d{4} [\d:.]+ \d+ [^\]]*\] ?")
-_REPO = str(Path(__file__).resolve().parents[2])
+#: The folder that holds the ``course_utils`` package: the checkout's root in a checkout,
+#: site-packages in a wheel install (``pip install git+...``, as on Colab).
+PACKAGE_ROOT = str(Path(course_utils.__file__).resolve().parent.parent)
 #: The course's torchrun scripts pass this variable to ``pick_backend`` ("auto" when unset).
 BACKEND_VARIABLE = "COURSE_BACKEND"
 
@@ -174,11 +179,7 @@ def run_together(
 
     ``extra_env``: variables to add for each command (one dict per command), e.g. its GPUs.
     """
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [_REPO, os.environ.get("PYTHONPATH")])),
-    }
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **_pythonpath()}
     procs, files = [], []
     try:
         for cmd, extra in zip(commands, extra_env or [{}] * len(commands), strict=False):
@@ -220,6 +221,19 @@ def run_together(
             "makes the others wait; pass a larger timeout if they were only slow)"
         )
     return outputs, [p.pid for p in procs]
+
+
+def _pythonpath() -> dict[str, str]:
+    """``PYTHONPATH`` for the launchers and their ranks, so that they import the course_utils
+    this process runs, wherever the working directory is: ``PACKAGE_ROOT`` first, unless it
+    is a site-packages folder, which Python finds by itself (on PYTHONPATH it would come
+    before the standard library). ``{}`` when nothing needs to change."""
+    sites = {os.path.realpath(p) for p in site.getsitepackages()}
+    if site.ENABLE_USER_SITE:
+        sites.add(os.path.realpath(site.getusersitepackages()))
+    if PACKAGE_ROOT in sites:
+        return {}
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from ..collectives import free_port
 from . import runner
 
-__all__ = ["run_sbatch_locally", "FAKE_SRUN", "FAKE_SCONTROL"]
+__all__ = ["run_sbatch_locally", "sbatch_template", "FAKE_SRUN", "FAKE_SCONTROL"]
 
 FAKE_SCONTROL = """#!/bin/bash
 # stand-in for `scontrol show hostnames LIST`: this machine, once per node
@@ -76,6 +76,24 @@ while ((${#running[@]} > 0)); do
 done
 exit $status
 """
+
+
+def sbatch_template(name: str = "slurm_torchrun.sbatch") -> Path:
+    """The course's SLURM batch script ``templates/<name>``: a checkout's own file, or the copy a
+    wheel install carries (package ``course_utils.templates``)."""
+    import importlib.resources
+
+    import course_utils
+
+    in_checkout = Path(course_utils.__file__).resolve().parents[1] / "templates" / name
+    if in_checkout.is_file():
+        return in_checkout
+    installed = Path(str(importlib.resources.files("course_utils.templates") / name))
+    if not installed.is_file():
+        raise FileNotFoundError(
+            f"no {name} in {in_checkout.parent} nor in the installed course_utils.templates"
+        )
+    return installed
 
 
 def run_sbatch_locally(
