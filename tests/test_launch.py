@@ -1,8 +1,11 @@
 """course_utils.launch: results, output, failures, hangs, interrupts, clean-up, start methods."""
 
 import os
+import pickle
 import signal
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 import types
@@ -219,6 +222,66 @@ def test_spawn_runs_a_function_defined_in_a_notebook(monkeypatch):
 def test_spawn_names_what_cannot_be_sent():
     with pytest.raises(LaunchError, match="must pickle the function and its arguments.*lock"):
         launch(rank_info, threading.Lock(), world_size=2, start_method="spawn", timeout=60)
+
+
+def test_a_cell_class_returned_by_the_ranks_comes_back_under_spawn_and_fork():
+    """Spawned ranks rebuilt the cell's class from its value; the result must bring it back (by
+    value: the rank's own ``__main__`` has no such name). Forked ranks send it by name, as before."""
+    code = """
+    import torch.distributed as dist
+    from course_utils import launch
+
+    class Point:                              # a class defined in a notebook cell
+        def __init__(self, x):
+            self.x = x
+
+    def make_point(scale):                    # a cell function that returns one, and a lambda
+        return Point(scale * (dist.get_rank() + 1)), lambda v: v * scale
+
+    for method in ("fork", "spawn"):          # fork first, before spawn has pickled Point
+        out = launch(make_point, 2.0, world_size=2, start_method=method, timeout=120, show_output=False)
+        print(method, [p.x for p, _ in out], out[1][1](5.0), all(type(p) is Point for p, _ in out))
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == ["fork [2.0, 4.0] 10.0 True", "spawn [2.0, 4.0] 10.0 True"]
+
+
+def _moved_to_the_rank_gpu(tensor):
+    return ("moved to the rank's GPU", tensor)
+
+
+def test_a_tensor_not_on_the_cpu_reaches_spawned_ranks_as_a_cpu_copy(monkeypatch):
+    """A meta tensor stands in for a CUDA one, which torch alone would restore on this process's
+    GPU in every rank. A gloo rank gets it on the CPU (its rank_device()); an NCCL rank hands it
+    to ``to_rank_gpu`` (tests/gpu check that one), replaced here by a stand-in."""
+    from course_utils.launcher import api
+
+    copied = []
+
+    def cpu(self):
+        copied.append(tuple(self.shape))
+        return torch.zeros(self.shape, dtype=self.dtype) if self.device.type == "meta" else self
+
+    monkeypatch.setattr(torch.Tensor, "cpu", cpu)
+    meta = torch.empty(2, 3, device="meta")
+    args = (
+        meta,
+        {"again": meta, "param": torch.nn.Parameter(torch.empty(4, device="meta")), "cpu": torch.ones(1)},
+    )
+    fn, (t, more) = pickle.loads(api._spawn_payload(rank_info, args, "gloo"))
+    assert fn is rank_info and sorted(copied) == [(2, 3), (4,)]  # one copy of a tensor met twice
+    assert t is more["again"] and torch.equal(t, torch.zeros(2, 3))
+    assert isinstance(more["param"], torch.nn.Parameter) and more["param"].requires_grad
+    assert all(x.device.type == "cpu" for x in (t, more["param"], more["cpu"]))
+
+    monkeypatch.setattr(api, "to_rank_gpu", _moved_to_the_rank_gpu)
+    _, (t, more) = pickle.loads(api._spawn_payload(rank_info, args, "nccl"))
+    assert t[0] == "moved to the rank's GPU" and t[1].device.type == "cpu" and more["again"] is t
+    assert more["param"][0] == "moved to the rank's GPU" and isinstance(more["param"][1], torch.nn.Parameter)
+    assert more["cpu"].device.type == "cpu"  # a CPU tensor stays on the CPU, as under fork
 
 
 def killed_on_rank1(pid_dir):

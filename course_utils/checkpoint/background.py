@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from .. import compat
+from ..hardware import rank_device
 from .app_state import AppState
 from .position import GlobalPositionSampler
 
@@ -186,8 +187,11 @@ def average_sparse_gradient(parameter: torch.nn.Parameter) -> None:
             "average_sparse_gradient expects a parameter with a sparse gradient (call it after backward, "
             "on an embedding built with sparse=True)"
         )
-    dist.all_reduce(grad)  # in place: grad now holds the sum over the ranks
-    grad.div_(dist.get_world_size())
+    # NCCL has no sparse all-reduce ("only available in the NCCL experimental branch"): a GPU's
+    # sparse gradient goes through the group's gloo half, on the CPU, and back
+    summed = grad.cpu()  # on the CPU: grad itself
+    dist.all_reduce(summed)  # in place: summed now holds the sum over the ranks
+    parameter.grad = summed.div_(dist.get_world_size()).to(grad.device)
 
 
 def train_big_table(
@@ -222,11 +226,12 @@ def train_big_table(
     if global_batch % world:
         raise ValueError(f"global_batch={global_batch} must divide evenly over {world} ranks")
     per_rank = global_batch // world
+    device = rank_device()  # under NCCL this rank's GPU, else the CPU
     generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(rows, (samples, bag), generator=generator)
-    labels = torch.randint(0, 2, (samples,), generator=generator).float()
+    ids = torch.randint(rows, (samples, bag), generator=generator).to(device)
+    labels = torch.randint(0, 2, (samples,), generator=generator).float().to(device)
 
-    module = BigTableModel(rows, dim, seed)
+    module = BigTableModel(rows, dim, seed).to(device)
     # DDP averages the head's gradients; the table's sparse gradient is averaged after backward
     # (average_sparse_gradient says why)
     DDP._set_params_and_buffers_to_ignore_for_model(module, ["table.weight"])

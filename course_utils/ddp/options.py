@@ -28,6 +28,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from ..hardware import rank_device
+
 __all__ = ["TwoHeads", "train_with_unused_head", "running_means", "buffer_sync_option"]
 
 
@@ -62,13 +64,15 @@ def train_with_unused_head(find_unused_parameters: bool, steps: int = 3) -> dict
     ``{"steps": steps done, "error": the RuntimeError's first line, or None}``.
     """
     torch.manual_seed(0)
-    model = DistributedDataParallel(TwoHeads(), find_unused_parameters=find_unused_parameters)
+    device = rank_device()  # under NCCL this rank's GPU, else the CPU
+    model = DistributedDataParallel(TwoHeads().to(device), find_unused_parameters=find_unused_parameters)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     generator = torch.Generator().manual_seed(dist.get_rank())
     done = 0
     try:
         for _ in range(steps):
             x, y = torch.randn(8, 4, generator=generator), torch.randn(8, 1, generator=generator)
+            x, y = x.to(device), y.to(device)
             optimizer.zero_grad()
             nn.functional.mse_loss(model(x), y).backward()
             optimizer.step()
@@ -87,7 +91,8 @@ def running_means(broadcast_buffers: bool, steps: int = 3) -> torch.Tensor:
     buffer when the forward reaches it, i.e. after DDP's broadcast (if any).
     """
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    device = rank_device()  # under NCCL this rank's GPU, else the CPU
+    net = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).to(device)
     seen = {}
     net[1].register_forward_pre_hook(lambda module, args: seen.update(mean=module.running_mean.clone()))
     model = DistributedDataParallel(net, **buffer_sync_option(broadcast_buffers))
@@ -95,7 +100,7 @@ def running_means(broadcast_buffers: bool, steps: int = 3) -> torch.Tensor:
     rank = dist.get_rank()
     generator = torch.Generator().manual_seed(rank)
     for _ in range(steps):
-        x = torch.randn(16, 4, generator=generator) + 3.0 * rank
+        x = torch.randn(16, 4, generator=generator).to(device) + 3.0 * rank
         optimizer.zero_grad()
         model(x).pow(2).mean().backward()
         optimizer.step()

@@ -23,6 +23,7 @@ Taught in chapter 00 (what ``launch`` does) and chapter 02 (beside ``torchrun``)
 from __future__ import annotations
 
 import dataclasses
+import io
 import multiprocessing as mp
 import os
 import pickle
@@ -44,20 +45,44 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from ..hardware import pick_backend
 from .errors import LaunchError, LaunchTimeoutError, RankFailedError, diagnose_failure, stop_unfinished
 from .output import EngineLog, current_signal_handlers, real_stdio, restore, show_rank_output
-from .rank_entry import RankSpec, finished, run_rank
+from .rank_entry import RankSpec, finished, run_rank, to_rank_gpu
 
 __all__ = ["launch", "LaunchError", "LaunchTimeoutError", "RankFailedError"]
 
 
-def _spawn_payload(fn, args: tuple) -> bytes:
+class _PayloadPickler(cloudpickle.Pickler):
+    """cloudpickle, sending each tensor that is not on the CPU as a CPU copy.
+
+    Sent as it is, a CUDA tensor would come back in every spawned rank on the GPU it is on
+    here (torch pickles its device index), not on the rank's own ``rank_device()``. So it
+    arrives on the CPU, where a gloo rank computes, and an NCCL rank (``gpu_ranks``) moves
+    it to its GPU (``to_rank_gpu``).
+    """
+
+    def __init__(self, file, gpu_ranks: bool):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.gpu_ranks = gpu_ranks
+
+    def reducer_override(self, obj):
+        if not isinstance(obj, torch.Tensor) or obj.device.type == "cpu":
+            return super().reducer_override(obj)
+        copy = obj.detach().cpu().requires_grad_(obj.requires_grad)
+        if isinstance(obj, torch.nn.Parameter):
+            copy = torch.nn.Parameter(copy, obj.requires_grad)
+        return (to_rank_gpu, (copy,)) if self.gpu_ranks else copy.__reduce_ex__(self.proto)
+
+
+def _spawn_payload(fn, args: tuple, backend: str) -> bytes:
     """``(fn, args)`` pickled for spawned ranks, which start as fresh interpreters.
 
     Plain pickle sends a function by name, and a spawned interpreter cannot find
     one defined in a notebook cell; cloudpickle (which Ray, Dask and PySpark rely
-    on) sends such a function by value, with the globals it uses.
+    on) sends such a function by value, with the globals it uses. A tensor on a
+    GPU arrives on each rank's own device (``_PayloadPickler``).
     """
+    buffer = io.BytesIO()
     try:
-        return cloudpickle.dumps((fn, args))
+        _PayloadPickler(buffer, gpu_ranks=backend == "nccl").dump((fn, args))
     except Exception as exc:
         raise LaunchError(
             f"this launch starts its ranks with 'spawn' (CUDA is already initialised in this process, "
@@ -67,6 +92,7 @@ def _spawn_payload(fn, args: tuple) -> bytes:
             "inside each rank; or restart the kernel and launch before anything touches CUDA "
             "(then fork is used and nothing is pickled)."
         ) from exc
+    return buffer.getvalue()
 
 
 def _start_method(requested: str) -> str:
@@ -138,7 +164,7 @@ def launch(
         _preload_for_fork()
         payload = (fn, args)
     else:
-        payload = _spawn_payload(fn, args)
+        payload = _spawn_payload(fn, args, backend)
     run_dir = Path(tempfile.mkdtemp(prefix="course_launch_"))
     spec = RankSpec(str(run_dir), backend, init_group, threads_per_rank, group_timeout_s=timeout + 60)
     config = _launch_config(world_size, method, run_dir, timeout)

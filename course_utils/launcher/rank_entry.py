@@ -20,9 +20,12 @@ import pickle
 import signal
 import sys
 import traceback
+import types
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+
+import cloudpickle
 
 
 @dataclass(frozen=True)
@@ -144,20 +147,54 @@ def run_rank(payload, spec: RankSpec) -> bytes:
     return sent
 
 
-class _CPUPickler(pickle.Pickler):
-    """A pickler that writes every tensor as a CPU tensor (parameters stay parameters)."""
+class _CPUPickler(cloudpickle.Pickler):
+    """A pickler that writes every tensor as a CPU tensor (parameters stay parameters).
+
+    cloudpickle's, not pickle's: a spawned rank rebuilt the notebook's cell classes and
+    functions from their value (``launch`` sends them so), and its own ``__main__`` has no
+    such names, so what it returns of them must go back by value too. What ``__main__``
+    here does hold (in a forked rank, the notebook's own) still goes by name, as pickle
+    would send it, so the notebook gets its own class back.
+    """
 
     PROTOCOL = pickle.HIGHEST_PROTOCOL
 
     def reducer_override(self, obj):
         import torch
 
-        if not isinstance(obj, torch.Tensor) or obj.device.type == "cpu":
-            return NotImplemented
-        if isinstance(obj, torch.nn.Parameter):
-            return torch.nn.Parameter, (obj.detach().cpu(), obj.requires_grad)
-        copy = obj.detach().cpu().requires_grad_(obj.requires_grad) if obj.is_leaf else obj.cpu()
-        return copy.__reduce_ex__(self.PROTOCOL)
+        if isinstance(obj, torch.Tensor) and obj.device.type != "cpu":
+            if isinstance(obj, torch.nn.Parameter):
+                return torch.nn.Parameter, (obj.detach().cpu(), obj.requires_grad)
+            copy = obj.detach().cpu().requires_grad_(obj.requires_grad) if obj.is_leaf else obj.cpu()
+            return copy.__reduce_ex__(self.PROTOCOL)
+        if _found_in_main(obj):
+            return NotImplemented  # by name, as pickle does
+        return super().reducer_override(obj)
+
+
+def _found_in_main(obj) -> bool:
+    """Whether ``obj`` is a class or function of ``__main__`` that its name finds there."""
+    if not isinstance(obj, (type, types.FunctionType)) or obj.__module__ != "__main__":
+        return False
+    found = sys.modules.get("__main__")
+    for name in obj.__qualname__.split("."):
+        found = getattr(found, name, None)
+    return found is obj
+
+
+def to_rank_gpu(tensor):
+    """A tensor the notebook sent from a GPU to a spawned NCCL rank, put on this rank's GPU.
+
+    ``launch`` sends it as a CPU copy (sent as it is, torch would restore it on the GPU it
+    was on in the notebook, the same one in every rank); ``run_rank`` has selected this
+    rank's GPU before it unpickles the arguments. A parameter stays a parameter.
+    """
+    import torch
+
+    moved = tensor.detach().to(torch.device("cuda", torch.cuda.current_device()))
+    if isinstance(tensor, torch.nn.Parameter):
+        return torch.nn.Parameter(moved, tensor.requires_grad)
+    return moved.requires_grad_(tensor.requires_grad)
 
 
 def result_bytes(result) -> bytes:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from ..hardware import rank_device
 from ..launcher import launch
 from .mlp import MLPConfig, loss_fn
 from .plain import train_step_1f1b
@@ -38,9 +39,10 @@ def pipeline_dp_rank(config: MLPConfig, stages: int, copies: int, m: int, steps:
     copy, s = divmod(rank, stages)
     # every rank creates every stage's group of copies, in the same order
     groups = [dist.new_group(list(range(t, stages * copies, stages))) for t in range(stages)]
-    stage = config.stages(stages)[s]
+    device = rank_device()  # under NCCL this rank's GPU, else the CPU
+    stage = config.stages(stages)[s].to(device)
     optimizer = _optimizer(stage.parameters(), lr)
-    x, y = config.data()
+    x, y = (t.to(device) for t in config.data())
     rows = slice(copy * config.batch // copies, (copy + 1) * config.batch // copies)
     xs, ys = x[rows].chunk(m), y[rows].chunk(m)
     ranks = list(range(copy * stages, (copy + 1) * stages))

@@ -29,12 +29,12 @@ Taught in chapter 06 (section 10, a plain 1F1B loop).
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..hardware import rank_device
+from ..timing import Stopwatch
 from .mlp import loss_fn
 
 __all__ = ["exchange", "exchange_ms", "train_step_1f1b"]
@@ -101,11 +101,13 @@ def train_step_1f1b(stage: nn.Module, optimizer, xs, ys, ranks: list[int], copie
 def exchange_ms(like: torch.Tensor, repeats: int = 20) -> float:
     """On 2 ranks (under ``launch``): the milliseconds of one ``exchange`` with the other rank,
     ``like`` [any shape] sent and a tensor of its shape received, the ranks in step; the fastest
-    of ``repeats``, the message's own cost, which other programs on the machine can only add to."""
-    peer, times = 1 - dist.get_rank(), []
+    of ``repeats``, the message's own cost, which other programs on the machine can only add to.
+    The message goes from the rank's device (``rank_device()``: its GPU under NCCL)."""
+    device = rank_device()
+    like, peer, times = like.to(device), 1 - dist.get_rank(), []
     for _ in range(repeats):
         dist.barrier()
-        start = time.perf_counter()
-        exchange(like, to=peer, recv_from=peer, like=like)
-        times.append((time.perf_counter() - start) * 1e3)
+        with Stopwatch(device) as watch:  # on a GPU, until the message has arrived, not only been queued
+            exchange(like, to=peer, recv_from=peer, like=like)
+        times.append(watch.seconds * 1e3)
     return min(times)

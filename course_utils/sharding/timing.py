@@ -11,6 +11,8 @@ import torch
 import torch.distributed as dist
 
 from .. import data
+from ..hardware import rank_device
+from ..timing import synchronize
 from .lookups import shard_embeddings
 from .plan import make_plan
 from .volume import routed_ids
@@ -35,13 +37,15 @@ def time_lookup_steps(
     plan = make_plan(kind, cardinalities, dim, world, **options)
     lookup = shard_embeddings(plan, seed=0)
     ids = torch.from_numpy(logs.sparse).view(steps + warmup, world, batch, -1)  # [step, rank, B, T]
-    seconds = []
+    device, seconds = rank_device(), []
     for step in range(steps + warmup):
         lookup.traffic.reset()
         lookup.zero_grad(set_to_none=True)
         dist.barrier()
+        synchronize(device)
         start = time.perf_counter()
         lookup(ids[step, rank]).sum().backward()
+        synchronize(device)  # the GPU's work done, not only queued (a barrier waits on the CPU, in gloo)
         dist.barrier()
         if step >= warmup:
             seconds.append(time.perf_counter() - start)

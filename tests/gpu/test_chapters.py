@@ -1,4 +1,5 @@
-"""Every chapter executed top to bottom on this GPU machine: each cell's own asserts must hold.
+"""Every chapter and worked solution executed top to bottom on this GPU machine: each cell's own
+asserts must hold.
 
 Stored outputs are not compared (they were made on a CPU); a cell that raises fails the test.
 ``python -m pytest tests/gpu -m gpu`` runs this with the rest of the GPU set.
@@ -8,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-CHAPTERS = sorted((Path(__file__).resolve().parents[2] / "chapters").glob("*.ipynb"))
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("chapter*.ipynb"))
 
 
 @pytest.mark.gpu(1)
-@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_chapter_runs_to_its_last_cell(chapter, tmp_path):
     import nbformat
     from nbclient import NotebookClient

@@ -1,5 +1,6 @@
 """One GPU: launching from a notebook that touched CUDA, fallbacks, timers, results on the CPU."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -13,10 +14,15 @@ from course_utils.timing import CudaSpan, Stopwatch
 pytestmark = pytest.mark.gpu(1)
 
 
-def _fresh(code: str) -> list[str]:
-    """Run ``code`` with ``-c`` (``__main__`` without a file, as in a notebook); its printed lines."""
+def _fresh(code: str, env: dict | None = None, timeout: float = 300) -> list[str]:
+    """Run ``code`` with ``-c`` (``__main__`` without a file, as in a notebook), with ``env`` added
+    to the environment; its printed lines."""
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout.splitlines()
@@ -80,11 +86,23 @@ def test_more_ranks_than_gpus_falls_back_to_gloo_on_the_cpu():
     assert launch(_where, world_size=n, show_output=False) == [("gloo", "cpu")] * n
 
 
+def _sleep_cycles(seconds: float, device: torch.device) -> int:
+    """GPU clock cycles that ``torch.cuda._sleep`` spins for about ``seconds``, timed with CUDA
+    events (``torch.cuda.clock_rate`` would need nvidia-ml-py, and gives the current MHz)."""
+    probe = 10_000_000
+    with torch.cuda.device(device):
+        torch.cuda._sleep(probe)  # warm up: the clock rises from idle
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(probe)
+        end.record()
+        end.synchronize()
+    return int(probe * seconds * 1e3 / start.elapsed_time(end))
+
+
 def test_timers_charge_gpu_work_to_the_step_that_queued_it():
     device = torch.device("cuda", 0)
-    torch.cuda._sleep(1000)  # warm up
-    torch.cuda.synchronize(device)
-    cycles = int(torch.cuda.clock_rate() * 1e3 * 0.05) if hasattr(torch.cuda, "clock_rate") else 50_000_000
+    cycles = _sleep_cycles(0.05, device)  # 50 ms of GPU work, queued in a few microseconds
     with Stopwatch(device) as synced:
         torch.cuda._sleep(cycles)
     span = CudaSpan(device).start()
@@ -98,10 +116,40 @@ def test_timers_charge_gpu_work_to_the_step_that_queued_it():
 
 
 def test_two_stand_in_nodes_on_one_gpu_train_with_gloo():
-    from course_utils.scripts import runner
-
-    run = runner.run_torchrun(
-        module="course_utils.scripts.train_ddp", nproc_per_node=1, nnodes=2, rendezvous="c10d", timeout=300
+    """Pinned to this machine's first visible GPU: two stand-in nodes cannot have one each, so
+    both run gloo (never two NCCL ranks on one GPU). With two GPUs, test_two_gpus checks NCCL."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+    lines = _fresh(
+        """
+        from course_utils.scripts import runner
+        run = runner.run_torchrun(module="course_utils.scripts.train_ddp", nproc_per_node=1, nnodes=2,
+                                  rendezvous="c10d", timeout=300)
+        same = run.reports[0]["fingerprint"] == run.reports[1]["fingerprint"]
+        print([r["backend"] for r in run.reports], same)
+        """,
+        env={"CUDA_VISIBLE_DEVICES": first},
+        timeout=400,
     )
-    assert [r["backend"] for r in run.reports] == ["gloo", "gloo"]  # never two ranks on cuda:0
-    assert run.reports[0]["fingerprint"] == run.reports[1]["fingerprint"]
+    assert lines == ["['gloo', 'gloo'] True"]
+
+
+def test_a_cuda_tensor_sent_to_spawned_ranks_lands_on_each_rank_device():
+    """An NCCL rank gets it on its GPU, a gloo rank on the CPU (never on the notebook's GPU)."""
+    lines = _fresh("""
+    import torch
+    from course_utils import gpu_count, launch
+    from course_utils.hardware import rank_device
+    x = torch.arange(3.0, device="cuda")      # CUDA is initialised in the "notebook": ranks spawn
+    w = torch.nn.Parameter(torch.ones(2, device="cuda"))
+
+    def where(t, p):
+        return (str(t.device), str(rank_device()), t.tolist(), type(p).__name__, str(p.device),
+                torch.cuda.is_initialized())
+
+    print(launch(where, x, w, world_size=1, show_output=False))
+    print(launch(where, x, w, world_size=gpu_count() + 1, show_output=False)[-1])  # gloo
+    """)
+    assert lines == [
+        "[('cuda:0', 'cuda:0', [0.0, 1.0, 2.0], 'Parameter', 'cuda:0', True)]",
+        "('cpu', 'cpu', [0.0, 1.0, 2.0], 'Parameter', 'cpu', False)",
+    ]

@@ -115,10 +115,67 @@ def test_sharding_on_two_gpus(case):
 def test_hybrid_on_two_gpus():
     import test_hybrid as t
 
-    model = t.DLRM(t.CARDS, seed=0)  # the CPU test's single-process reference
-    history = t.train.train(model, t.TRAIN, batch_size=t.BATCH, lr=t.LR, eval_data=t.TEST)
+    reference = t._single("sgd", t.SGD_LR)  # the CPU test's single-process reference (its fixture)
     for kind in ("table_wise", "row_wise", "column_wise"):
-        t.test_hybrid_training_equals_single_process(kind, 2, (model, history))
+        t.test_hybrid_training_equals_single_process(kind, 2, reference)
+
+
+def test_a_cuda_tensor_sent_to_spawned_ranks_lands_on_each_rank_own_gpu():
+    from test_one_gpu import _fresh
+
+    lines = _fresh("""
+    import torch
+    from course_utils import launch
+    from course_utils.hardware import rank_device
+    x = torch.ones(2, device="cuda")          # on cuda:0; CUDA is initialised, so ranks spawn
+    print(launch(lambda t: (str(t.device), str(rank_device())), x, world_size=2, show_output=False))
+    """)
+    assert lines == ["[('cuda:0', 'cuda:0'), ('cuda:1', 'cuda:1')]"]
+
+
+def _used_its_gpu(fn, *args):
+    """Run ``fn(*args)`` in this rank; return whether it put tensors on this rank's GPU."""
+    from course_utils.hardware import rank_device
+
+    fn(*args)
+    return torch.cuda.max_memory_allocated(rank_device()) > 0
+
+
+def test_plain_1f1b_and_pipeline_dp_on_two_gpus():
+    import test_pipeline_plain as t
+
+    from course_utils.pipeline.pipeline_dp import pipeline_dp_rank
+    from course_utils.pipeline.plain import exchange_ms
+
+    assert launch(_used_its_gpu, pipeline_dp_rank, t.CONFIG, 2, 1, 4, 1, 0.1, world_size=2) == [True] * 2
+    t.test_plain_1f1b_trains_like_one_process(2, 2)
+    t.test_plain_1f1b_on_two_ranks_equals_the_executor(4)
+    assert launch(_used_its_gpu, exchange_ms, torch.zeros(16, 16), 3, world_size=2) == [True] * 2
+    t.test_exchange_ms_times_one_message_each_way()
+
+
+def test_ddp_options_on_two_gpus():
+    import test_ddp_options as t
+
+    from course_utils.ddp import options
+
+    assert launch(_used_its_gpu, options.train_with_unused_head, True, world_size=2) == [True] * 2
+    assert launch(_used_its_gpu, options.running_means, True, world_size=2) == [True] * 2
+    t.test_an_unused_parameter_stops_torch_ddp_unless_it_looks_for_unused_parameters()
+    t.test_buffers_are_rank_0s_with_broadcast_and_each_rank_own_without()
+
+
+def test_big_table_training_and_async_checkpoints_on_two_gpus(tmp_path):
+    from functools import partial
+
+    import test_checkpoint_async as t
+
+    from course_utils.checkpoint.background import train_big_table
+
+    run = partial(train_big_table, str(tmp_path / "used"), steps=2, **t.SMALL)
+    assert launch(_used_its_gpu, run, world_size=2, timeout=300) == [True] * 2
+    t.test_two_ranks_train_the_weights_one_process_trains(tmp_path / "trained")
+    t.test_resume_from_an_async_checkpoint_is_bit_identical(tmp_path / "resumed")
 
 
 def test_dcp_round_trip_on_cuda(tmp_path):
