@@ -174,6 +174,8 @@ def launch(
     # the middle of a host-name lookup would inherit glibc's resolver lock, held,
     # and hang at its first lookup (seen ~1 launch in 30 from a Jupyter kernel).
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    # Plain tracebacks: Jupyter sets FORCE_COLOR, and Python 3.13 then colours them (ANSI codes)
+    os.environ["PYTHON_COLORS"] = "0"
     children_before = set(mp.active_children())
     timed_out = threading.Event()
 

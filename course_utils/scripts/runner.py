@@ -179,7 +179,8 @@ def run_together(
 
     ``extra_env``: variables to add for each command (one dict per command), e.g. its GPUs.
     """
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **_pythonpath()}
+    # PYTHON_COLORS=0: plain tracebacks (Jupyter sets FORCE_COLOR; Python 3.13 then adds ANSI codes)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHON_COLORS": "0", **_pythonpath()}
     procs, files = [], []
     try:
         for cmd, extra in zip(commands, extra_env or [{}] * len(commands), strict=False):
