@@ -1,4 +1,4 @@
-"""Worked solutions: one notebook per chapter, one section per exercise, executed, figures sourced.
+"""Worked solutions: one notebook per chapter, one section per exercise, figures sourced.
 
 ``solutions/chapterNN.ipynb`` answers every item of chapter NN's "## Exercises" list:
 
@@ -6,7 +6,8 @@
 - cell 1 is the chapters' setup cell (``templates/setup_cell.py``), so it runs on Colab and Kaggle;
 - exercise k has a markdown cell whose first line is ``## Exercise k``, in order, one per exercise;
 - the chapter links each exercise to ``../solutions/chapterNN.ipynb#Exercise-k``;
-- the notebook executes top to bottom (with ``solutions/`` as working directory);
+- the notebook runs top to bottom with the outputs stored in it: the README's test command
+  compares it with nbval (``pytest --nbval chapters solutions tests``), as it does the chapters;
 - every number written in an exercise's markdown is sourced in ``tests/solution_figures/chapterNN.py``
   (``Computed``, ``InChapter`` or ``Exempt``, see ``tests/figure_sources.py``; ``InChapter`` looks in
   the stored outputs of the chapter and of the solution notebook itself); numbers the exercise
@@ -117,16 +118,3 @@ def test_solution_numbers_have_a_source(solution):
         items, spec, output_lines(chapter_of(solution)), f"solution_figures/{spec_path.name}"
     )
     assert not problems, "\n".join(f"exercise {p}" for p in problems)
-
-
-@pytest.mark.parametrize("solution", PRESENT, ids=lambda p: p.name)
-def test_solution_executes(solution, tmp_path):
-    import nbformat
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(solution, as_version=4)
-    NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(SOLUTIONS)}}
-    ).execute()
-    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    assert not errors

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The course on another torch release (and, optionally, another Python): a venv of its own, the
+# course installed in it, then nbval over every chapter and worked solution (their stored outputs
+# must hold there too), optionally after the unit tests. Used by .ci/run (the torch floor, Colab's
+# pair) and by hand for the README's "Tested on" table (Kaggle's torch, the newest release).
+#
+#   tools/other_torch.sh 2.9.1 --unit-tests --older-isa     # CI part 2: the floor, SSE4.2 kernels
+#   tools/other_torch.sh 2.11.0 --python 3.13               # CI part 3: Colab's pair
+#   tools/other_torch.sh 2.10.0                             # Kaggle's torch
+#
+# --python X.Y   a Python X.Y found on PATH (pythonX.Y) or under pyenv; it fails loudly if none is
+# --unit-tests   run `pytest tests` before the notebooks
+# --older-isa    ATen's and MKL's kernels held to older vector instructions
+#                (ATEN_CPU_CAPABILITY=default, MKL_ENABLE_INSTRUCTIONS=SSE4_2)
+# --venv DIR     where the venv goes (default .venv-torch-VERSION)
+# torch releases are CUDA builds on Linux (several GB); they run on the CPU.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+
+usage() { sed -n '2,15p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || usage
+version=$1
+shift
+python_version="" unit=0 isa=() venv=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --python) python_version=${2:?--python needs X.Y}; shift 2 ;;
+        --unit-tests) unit=1; shift ;;
+        --older-isa) isa=(ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2); shift ;;
+        --venv) venv=${2:?--venv needs a folder}; shift 2 ;;
+        *) usage ;;
+    esac
+done
+venv=${venv:-.venv-torch-$version}
+
+# A Python X.Y: pythonX.Y on PATH, else pyenv's X.Y.*; checked by running it.
+find_python() {
+    local wanted=$1 candidate
+    for candidate in "python$wanted" \
+            $(command -v pyenv >/dev/null && pyenv versions --bare 2>/dev/null \
+              | grep -E "^${wanted//./\\.}(\\.[0-9]+)?\$" \
+              | sed "s|^|$(pyenv root 2>/dev/null)/versions/|; s|\$|/bin/python$wanted|"); do
+        if "$candidate" -c "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$wanted'.split('.'))))" \
+                2>/dev/null; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    return 1
+}
+
+python=python3
+if [ -n "$python_version" ]; then
+    python=$(find_python "$python_version") || {
+        echo "other_torch.sh: no Python $python_version found (neither python$python_version on PATH nor a pyenv $python_version.x)" >&2
+        exit 1
+    }
+fi
+
+start=$(date +%s)
+"$python" -m venv "$venv" || exit 1
+. "$venv/bin/activate"
+pip install --quiet "torch==$version" || exit 1
+pip install --quiet -r requirements.txt || exit 1
+python -c "import sys, torch; print('torch', torch.__version__, 'on Python', sys.version.split()[0]); \
+sys.exit(not torch.__version__.startswith('$version'))" || exit 1
+echo "other_torch.sh: venv ready after $(( $(date +%s) - start )) s"
+
+rc=0
+if [ "$unit" -eq 1 ]; then
+    python -m pytest -q tests
+    rc=$?
+    echo "other_torch.sh: unit tests on torch $version: exit $rc after $(( $(date +%s) - start )) s"
+fi
+if [ "$rc" -eq 0 ]; then
+    env "${isa[@]}" python -m pytest -q --nbval chapters solutions
+    rc=$?
+    echo "other_torch.sh: chapters and solutions on torch $version${isa:+ (older ISA)}: exit $rc after $(( $(date +%s) - start )) s"
+fi
+exit "$rc"
