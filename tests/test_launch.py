@@ -253,19 +253,13 @@ def _moved_to_the_rank_gpu(tensor):
     return ("moved to the rank's GPU", tensor)
 
 
-def test_a_tensor_not_on_the_cpu_reaches_spawned_ranks_as_a_cpu_copy(monkeypatch):
+def test_a_tensor_not_on_the_cpu_reaches_spawned_ranks_as_a_cpu_copy(monkeypatch, meta_as_gpu):
     """A meta tensor stands in for a CUDA one, which torch alone would restore on this process's
     GPU in every rank. A gloo rank gets it on the CPU (its rank_device()); an NCCL rank hands it
     to ``to_rank_gpu`` (tests/gpu check that one), replaced here by a stand-in."""
     from course_utils.launcher import api
 
-    copied = []
-
-    def cpu(self):
-        copied.append(tuple(self.shape))
-        return torch.zeros(self.shape, dtype=self.dtype) if self.device.type == "meta" else self
-
-    monkeypatch.setattr(torch.Tensor, "cpu", cpu)
+    copied = meta_as_gpu
     meta = torch.empty(2, 3, device="meta")
     args = (
         meta,
