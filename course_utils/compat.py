@@ -16,6 +16,8 @@ Each helper names the torch that lacks something and gives the same result on ev
   dispatch table after every staging, so its second staging fails (``KeyError: <class 'type'>``
   in ``deepcopy_with_tensor_offload``); torch 2.9 and 2.13 keep it. Found by a probe, not by
   version number.
+* ``quiet_dcp_storage_warning()``: torch 2.9's DCP file writer calls ``tensor.storage()``, which
+  warns "TypedStorage is deprecated" on every save; later releases do not.
 
 Not taught in a chapter: support code that the taught modules call, so they read the same on every torch.
 """
@@ -31,6 +33,7 @@ __all__ = [
     "all_to_all",
     "all_to_all_by_pairs",
     "fix_init_handshake",
+    "quiet_dcp_storage_warning",
     "reusable_stager",
     "step_accepts_return_outputs",
 ]
@@ -123,3 +126,12 @@ def reusable_stager(options):
         stager.close()
         return None
     return stager
+
+
+def quiet_dcp_storage_warning() -> None:
+    """In this process, leave out the "TypedStorage is deprecated" warning that torch 2.9's
+    ``dcp.save`` and ``dcp.async_save`` raise from inside their file writer (not the caller's
+    doing; later releases call ``untyped_storage()``). Other warnings stay."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="TypedStorage is deprecated", category=UserWarning)

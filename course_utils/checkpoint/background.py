@@ -222,6 +222,7 @@ def train_big_table(
     """
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    compat.quiet_dcp_storage_warning()
     world = dist.get_world_size()
     if global_batch % world:
         raise ValueError(f"global_batch={global_batch} must divide evenly over {world} ranks")

@@ -98,6 +98,13 @@ class LauncherRun:
     launcher_pids: list[int] = field(repr=False)
     seconds: float = 0.0
 
+    def said(self, launcher: int = 0) -> str:
+        """The last line a launcher's ranks printed: the script's own result line. The ranks share
+        the launcher's stdout, so engine lines that several print at start-up (torch 2.9's gloo:
+        "[Gloo] Rank 0 is connected to 1 peer ranks") can come interleaved, mid-line."""
+        lines = self.stdout[launcher].strip().splitlines()
+        return lines[-1] if lines else ""
+
 
 def _rendezvous(kind: str, port: int) -> list[str]:
     if kind == "standalone":
