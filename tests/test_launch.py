@@ -337,3 +337,29 @@ def test_a_platform_without_posix_signals_is_refused_with_the_way_out(monkeypatc
         LaunchError, match=r"SIGHUP, SIGQUIT do not exist .* Linux, macOS, or Windows through WSL"
     ):
         launch(examples.hello, world_size=2)
+
+
+def test_a_native_death_reported_after_its_peer_still_names_the_signal(tmp_path):
+    """The engine stops at the first failure it polls. When that is rank 0's lost connection
+    (exit code 1), rank 1's own exit code is not in its report: the signal is read from the
+    faulthandler line rank 1 printed as it died (a race CI met once in ~30 runs)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from course_utils.launcher.errors import diagnose_failure
+
+    (tmp_path / "rank0.error").write_text(
+        "RuntimeError\n[pair.cc:553] Connection closed by peer [127.0.0.1]:23985\n\x00Traceback ..."
+    )
+    logs = tmp_path / "logs" / "run" / "attempt_0" / "1"
+    logs.mkdir(parents=True)
+    (logs / "stderr.log").write_text(
+        "terminate called after throwing an instance of 'std::runtime_error'\n"
+        "Fatal Python error: Aborted\n\nCurrent thread 0x1 (most recent call first):\n"
+        '  File "x.py", line 3 in aborted_on_rank1\n'
+    )
+    failure = ProcessFailure(local_rank=0, pid=1, exitcode=1, error_file=str(tmp_path / "none.json"))
+    error = diagnose_failure(ChildFailedError("run_rank", {0: failure}), tmp_path, 2, [])
+    assert error.rank == 1 and error.exc_type == "ProcessExit", str(error)
+    assert "killed by signal SIGABRT" in error.message and "rank(s) [0] then lost" in error.message, str(
+        error
+    )

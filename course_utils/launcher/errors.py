@@ -110,6 +110,9 @@ def diagnose_failure(
         )
     rank = reported_rank if reported_rank in silent else silent[0]
     code = failure.exitcode if rank == reported_rank else None
+    said = stderr_tail(run_dir, rank)
+    if code is None:  # the engine reported a peer first; faulthandler's line still names the signal
+        code = signal_from_stderr(said)
     how = (
         "was killed by a signal or crashed"
         if code is None
@@ -120,7 +123,6 @@ def diagnose_failure(
     message = f"the process {how} without a Python exception"
     if raised:
         message += f"; rank(s) {sorted(raised)} then lost their connection to it"
-    said = stderr_tail(run_dir, rank)
     return RankFailedError(
         rank,
         "ProcessExit",
@@ -148,3 +150,23 @@ def stderr_tail(run_dir: Path, rank: int, lines: int = 40) -> str:
     text = [ln for ln in text if not ln.startswith("Extension modules:")]
     start = next((i for i, ln in enumerate(text) if _NATIVE_DEATH.search(ln)), None)
     return "\n".join(text[-10:] if start is None else text[start : start + lines]).rstrip()
+
+
+# what faulthandler (on in every rank, see stderr_tail) prints for each fatal signal it handles
+_FAULTHANDLER_SIGNALS = {
+    "Aborted": signal.SIGABRT,
+    "Segmentation fault": signal.SIGSEGV,
+    "Floating point exception": signal.SIGFPE,
+    "Bus error": signal.SIGBUS,
+    "Illegal instruction": signal.SIGILL,
+}
+
+
+def signal_from_stderr(said: str) -> int | None:
+    """The exit code (minus the signal number) that faulthandler's "Fatal Python error: <name>"
+    line in a rank's stderr stands for, or None. The engine stops at the first failure it
+    polls: when that is a peer's lost connection, the silent rank's own exit code is not in its
+    report, but what it printed as it died is."""
+    found = re.search(r"Fatal Python error: ([A-Za-z ]+)", said)
+    sig = _FAULTHANDLER_SIGNALS.get(found.group(1).strip()) if found else None
+    return -int(sig) if sig is not None else None
