@@ -15,7 +15,7 @@ a multiple of 2. Then, for each size, ``--repeats`` times, each mode on 2 ranks
 
 What is measured: **the data pipeline feeding a tiny training step**, not the course's DLRM.
 Each rank runs ``--epochs`` epochs (default 1) of the course's training loop
-(``course_utils.train.fit``: batches to the device, loss, backward, optimizer step, losses
+(``course_utils.workload.train.fit``: batches to the device, loss, backward, optimizer step, losses
 averaged over the ranks) on its own row groups, with a logistic regression on the 13 dense
 columns wrapped in torch DDP (one all-reduce of 14 gradients per step), so that the loader,
 not the model, is what is timed. The DLRM's own
@@ -49,9 +49,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from course_utils import data, launch
-from course_utils.data import rank_loader
-from course_utils.train import fit
+from course_utils import launch
+from course_utils.workload import data
+from course_utils.workload.data import rank_loader
+from course_utils.workload.train import fit
 
 WORLD = 2
 MODES = {"streaming": False, "in-memory": True}

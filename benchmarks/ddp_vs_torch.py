@@ -27,11 +27,12 @@ import time
 import torch
 import torch.distributed as dist
 
-from course_utils import data, launch
+from course_utils import launch
 from course_utils.ddp import TrainSettings, max_difference
-from course_utils.ddp.step_timing import VARIANTS, step_times
-from course_utils.models import DLRMConfig
-from course_utils.train import bce_loss
+from course_utils.ddp.runs import VARIANTS, step_times
+from course_utils.workload import data
+from course_utils.workload.models import DLRMConfig
+from course_utils.workload.train import bce_loss
 
 
 def _alone(model_config: DLRMConfig, logs, per_rank: int, repeats: int) -> dict:

@@ -21,8 +21,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from course_utils import examples, launch
+from course_utils import launch
 from course_utils.collectives import free_port
+from course_utils.runtime import examples
 
 
 def _spawned_rank(rank: int, world_size: int, port: int) -> None:

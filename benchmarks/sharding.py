@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from course_utils import data, launch, sharding
+from course_utils import launch, sharding
+from course_utils.workload import data
 
 CASES = [
     ("table_wise", {}),

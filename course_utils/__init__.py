@@ -5,10 +5,18 @@ can show it (``show_source``) and the tests can check it against PyTorch.
 
 The names most chapters use are importable from the top level::
 
-    from course_utils import launch, devices
+    from course_utils import launch, devices, show_source, quiz
 
-Chapter-specific code lives in submodules (``course_utils.data``,
-``course_utils.models``, ``course_utils.metrics``, ``course_utils.quiz`` ...).
+The tree is layered; each layer imports only the ones before it (``tests/test_imports.py``):
+
+1. ``runtime``: starting ranks (``launch``, torchrun, SLURM stand-in), the machine, torch's
+   private and version-dependent APIs (``compat``);
+2. ``notebook``: ``show_source`` / ``show_diff``, progress lines, quizzes, widgets;
+3. ``workload``: the click-log data, the DLRM, its metrics, one training loop;
+4. one package per topic: ``collectives``, ``data_parallel``, ``ddp``, ``model_parallel``,
+   ``pipeline``, ``sharding``, ``checkpoint``; each one's ``__init__`` is its public API;
+5. ``explorers`` (interactive figures) and ``scripts`` (what ``python -m`` and torchrun start).
+
 The top-level names are imported on first use, so a script that torchrun starts
 as ``python -m course_utils.scripts.<name>`` pays only for what it uses.
 
@@ -54,18 +62,19 @@ _check_torch_version()
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
 _HOME = {
-    "launch": "launcher",
-    "LaunchError": "launcher",
-    "LaunchTimeoutError": "launcher",
-    "RankFailedError": "launcher",
-    "devices": "hardware",
-    "gpu_count": "hardware",
-    "gpu_names": "hardware",
-    "pick_backend": "hardware",
-    "rank_device": "hardware",
-    "environment": "notebook",
-    "show_source": "notebook",
-    "show_diff": "notebook",
+    "launch": "runtime.launcher",
+    "LaunchError": "runtime.launcher",
+    "LaunchTimeoutError": "runtime.launcher",
+    "RankFailedError": "runtime.launcher",
+    "devices": "runtime.hardware",
+    "gpu_count": "runtime.hardware",
+    "gpu_names": "runtime.hardware",
+    "pick_backend": "runtime.hardware",
+    "rank_device": "runtime.hardware",
+    "environment": "notebook.show",
+    "show_source": "notebook.show",
+    "show_diff": "notebook.show",
+    "quiz": "notebook",  # the module course_utils.notebook.quiz, as every chapter's last cell uses it
 }
 __all__ = list(_HOME)
 
@@ -73,7 +82,10 @@ __all__ = list(_HOME)
 def __getattr__(name):
     if name not in _HOME:
         raise AttributeError(f"module 'course_utils' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+    home = importlib.import_module(f".{_HOME[name]}", __name__)
+    value = getattr(home, name, None)
+    if value is None:  # a module of the package: course_utils.notebook.quiz
+        value = importlib.import_module(f".{_HOME[name]}.{name}", __name__)
     globals()[name] = value  # later look-ups find it directly
     return value
 

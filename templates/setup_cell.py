@@ -1,6 +1,10 @@
 # Setup: the same notebook runs in JupyterLab, Colab and Kaggle. On a hosted notebook without
 # the course, clone it and install course_utils, keeping the torch the image ships.
-import importlib.util, os, subprocess, sys
+import importlib.util
+import os
+import subprocess
+import sys
+
 if importlib.util.find_spec("course_utils") is None:
     repo = os.environ.get("COURSE_REPO", "https://github.com/distributed-recsys-course/course.git")
     if not os.path.isdir("course/course_utils"):  # a re-run after a failed install skips the clone
@@ -15,4 +19,4 @@ if importlib.util.find_spec("course_utils") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "cloudpickle>=2.2", "numpy>=1.24",
                     "pandas>=2.0", "pyarrow>=14", "matplotlib>=3.7"], check=True)
     sys.path.insert(0, os.path.abspath("course"))
-import course_utils
+import course_utils  # noqa: F401

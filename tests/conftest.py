@@ -1,5 +1,6 @@
 """Fixtures shared by the unit tests."""
 
+import matplotlib
 import pytest
 import torch
 
@@ -16,3 +17,13 @@ def meta_as_gpu(monkeypatch):
 
     monkeypatch.setattr(torch.Tensor, "cpu", cpu)
     return copied
+
+
+@pytest.fixture(scope="module")
+def agg_backend():
+    """Draw with Agg (no display) in the module that asks for it, then give the session its
+    backend back (``pytestmark = pytest.mark.usefixtures("agg_backend")``)."""
+    before = matplotlib.get_backend()
+    matplotlib.use("Agg")
+    yield
+    matplotlib.use(before)

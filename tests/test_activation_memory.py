@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils.activation_memory import layer_output_bytes, saved_for_backward
+from course_utils.model_parallel.activation_memory import layer_output_bytes, saved_for_backward
 
 F32 = 4  # bytes per float32
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import data
-from course_utils.models import DLRMConfig, memory_report
+from course_utils.workload import data
+from course_utils.workload.models import DLRMConfig, memory_report
 
 ANSWERS = (Path(__file__).resolve().parent.parent / "quiz" / "chapter01-answers.md").read_text(
     encoding="utf-8"

@@ -9,11 +9,13 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 
-from course_utils import checkpoint, data, hybrid, launch
-from course_utils.data import Batch
+from course_utils import checkpoint, launch
 from course_utils.ddp import settle_ddp_buckets
-from course_utils.models import DLRM, DLRMConfig
-from course_utils.train import make_optimizer, train_step
+from course_utils.sharding import hybrid
+from course_utils.workload import data
+from course_utils.workload.data import Batch
+from course_utils.workload.models import DLRM, DLRMConfig
+from course_utils.workload.train import make_optimizer, train_step
 
 CARDS = data.criteo_cardinalities(1 / 1000)
 LOGS = data.make_click_logs(2048, seed=4, cardinalities=CARDS)

@@ -1,10 +1,10 @@
-"""The input checks every taught function shares (course_utils.checks): one place, clear messages."""
+"""The input checks every taught function shares (course_utils.runtime.checks): one place, clear messages."""
 
 import numpy as np
 import pytest
 import torch
 
-from course_utils.checks import check_choice, check_ids, check_sizes, check_whole, check_width
+from course_utils.runtime.checks import check_choice, check_ids, check_sizes, check_whole, check_width
 
 
 def test_check_ids_one_id_per_table_or_bags():

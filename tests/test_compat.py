@@ -1,4 +1,4 @@
-"""course_utils.compat and the version-proof pieces built on it: all-to-all with and without the
+"""course_utils.runtime.compat and the version-proof pieces built on it: all-to-all with and without the
 backend's collective, torch.distributed.pipelining's handshake and step options, and the engine
 lines that show_rank_output leaves out (gloo's connection report, c10 logs)."""
 
@@ -9,8 +9,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 
-from course_utils import compat, launch
-from course_utils.launcher.output import engine_line, show_rank_output
+from course_utils import launch
+from course_utils.runtime import compat
+from course_utils.runtime.launcher.output import engine_line, show_rank_output
 
 
 def _pieces(rank, world, dtype, uneven=False):
@@ -132,7 +133,7 @@ def test_pairs_check_the_number_of_pieces():
 
 def p2p_batches_posted():
     """The batches all_to_all_by_pairs and the isend/irecv demo post: (op name, peer) lists."""
-    from course_utils.collectives import demos
+    from course_utils.collectives import runs
 
     rank, world = dist.get_rank(), dist.get_world_size()
     batches, real = [], dist.batch_isend_irecv
@@ -146,7 +147,7 @@ def p2p_batches_posted():
         compat.all_to_all_by_pairs(
             [torch.empty(2) for _ in range(world)], _pieces(rank, world, torch.float32)
         )
-        demos.demo_isend_irecv()
+        runs.demo_isend_irecv()
     finally:
         dist.batch_isend_irecv = real
     return batches
@@ -255,3 +256,51 @@ def test_reusable_stager_stages_again_or_is_none():
         staged = stager.stage(state)
         assert torch.equal(staged["t"], state["t"]) and staged["step"] == 7
     stager.close()
+
+
+# --- private torch APIs, each behind one compat function -------------------------------------
+
+
+def ddp_buckets_with_one_ignored():
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 300), torch.nn.Linear(300, 2000))
+    compat.ddp_ignore(model, ["0.bias"])
+    ddp = DDP(model)
+    first = compat.ddp_bucket_sizes(ddp)
+    for _ in range(3):
+        ddp(torch.randn(2, 4)).sum().backward()
+    return first, compat.ddp_bucket_sizes(ddp)
+
+
+def test_ddp_bucket_sizes_before_and_after_the_rebuild_without_the_ignored():
+    four = 4  # bytes per float32
+    weight1, bias1, weight0 = 300 * 2000 * four, 2000 * four, 4 * 300 * four  # 0.bias ignored
+    for first, rebuilt in launch(ddp_buckets_with_one_ignored, world_size=2, timeout=60):
+        assert first == {"first": [weight1 + bias1 + weight0], "rebuilt": []}
+        # gradients arrive last layer first; the first bucket closes past 1 MiB
+        assert rebuilt == {"first": [weight1 + bias1 + weight0], "rebuilt": [weight1 + bias1, weight0]}
+
+
+def test_module_tree_copy_shares_parameters_until_set_and_copies_buffers():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+    replica = compat.module_tree_copy(model, torch.device("cpu"))
+    assert replica is not model and replica[0] is not model[0] and replica[0].weight is model[0].weight
+    assert replica[1].running_mean is not model[1].running_mean
+    assert torch.equal(replica[1].running_mean, model[1].running_mean)
+    linked = model[0].weight * 1  # no Parameter: setattr would refuse it
+    compat.set_parameter(replica, "0.weight", linked)
+    assert replica[0].weight is linked and isinstance(model[0].weight, torch.nn.Parameter)
+    replica(torch.ones(3, 2)).pow(2).sum().backward()
+    assert model[0].weight.grad is not None  # through the linked copy, to the original
+
+
+def test_cuda_probes_and_dynamo_import():
+    import sys
+
+    assert compat.cuda_compiled() == (torch.version.cuda is not None or torch.version.hip is not None)
+    if not compat.cuda_compiled():
+        assert torch.cuda.device_count() == 0
+    compat.import_dynamo()
+    assert "torch._dynamo" in sys.modules

@@ -1,4 +1,4 @@
-"""Tests of course_utils.data: synthetic logs, the container, parquet shards, the Criteo reader."""
+"""Tests of course_utils.workload.data: synthetic logs, the container, parquet shards, the Criteo reader."""
 
 import hashlib
 import subprocess
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from course_utils import data
-from course_utils.metrics import auc
+from course_utils.workload import data
+from course_utils.workload.metrics import auc
 
 SMALL_CARDS = [3, 10, 100, 1000]
 
@@ -234,8 +234,8 @@ def test_row_groups_not_a_multiple_of_world_size_is_a_clear_error(tmp_path):
         data.read_parquet(path, rank=0, world_size=4)
     msg = str(err.value)
     assert "6 row groups" in msg and "world_size=4" in msg
-    assert "course_utils.data.repartition(" in msg and "row_groups=8" in msg
-    assert "python -m course_utils.data repartition" in msg
+    assert "course_utils.workload.data.repartition(" in msg and "row_groups=8" in msg
+    assert "python -m course_utils.workload.data repartition" in msg
     with pytest.raises(ValueError, match="rank"):
         data.read_parquet(path, rank=2, world_size=2)
 
@@ -258,7 +258,7 @@ def test_repartition_command_line(tmp_path):
         [
             sys.executable,
             "-m",
-            "course_utils.data",
+            "course_utils.workload.data",
             "repartition",
             str(src),
             str(tmp_path / "b.parquet"),

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils import data, gpu_count
+from course_utils import gpu_count
 from course_utils.collectives import bytes_sent_per_rank
 from course_utils.data_parallel import (
     DataParallelByHand,
@@ -15,9 +15,10 @@ from course_utils.data_parallel import (
     replicate,
     scatter,
 )
-from course_utils.data_parallel_traffic import SCHEMES, bytes_sent_per_step
+from course_utils.data_parallel.traffic import SCHEMES, bytes_sent_per_step
 from course_utils.ddp import TrainSettings, max_difference, train_single
-from course_utils.models import DLRM, DLRMConfig
+from course_utils.workload import data
+from course_utils.workload.models import DLRM, DLRMConfig
 
 CARDS = [3, 16, 100, 400]
 CPU2 = [torch.device("cpu")] * 2

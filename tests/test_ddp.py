@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from course_utils import RankFailedError, data, launch
+from course_utils import RankFailedError, launch
 from course_utils.ddp import (
     DDP_KINDS,
     BucketedDDP,
@@ -21,7 +21,8 @@ from course_utils.ddp import (
     train_single,
     wrap,
 )
-from course_utils.models import DLRMConfig
+from course_utils.workload import data
+from course_utils.workload.models import DLRMConfig
 
 CARDS = [3, 16, 100, 400, 1000]
 CONFIG = DLRMConfig(CARDS, n_dense=4, embedding_dim=8, bottom_mlp=(16,), top_mlp=(16,))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from test_ddp import no_garbage_before_fork  # noqa: F401  (autouse: see its docstring)
 
-from course_utils import RankFailedError, data, launch
+from course_utils import RankFailedError, launch
 from course_utils.ddp import (
     TrainSettings,
     ddp_worker,
@@ -14,7 +14,8 @@ from course_utils.ddp import (
     sampler_indices,
     train_single,
 )
-from course_utils.models import DLRMConfig
+from course_utils.workload import data
+from course_utils.workload.models import DLRMConfig
 
 CARDS = [3, 16, 100, 400]
 CONFIG = DLRMConfig(CARDS, n_dense=4, embedding_dim=8, bottom_mlp=(16,), top_mlp=(16,))
@@ -73,7 +74,7 @@ def test_a_row_group_count_that_does_not_split_fails_on_the_ranks_with_the_fix(l
     with pytest.raises(RankFailedError) as failure:
         launch(rank_fn, world_size=2, timeout=60, show_output=False)
     assert "3 row groups" in failure.value.message and "multiple of world_size=2" in failure.value.message
-    assert "python -m course_utils.data repartition" in failure.value.message
+    assert "python -m course_utils.workload.data repartition" in failure.value.message
     fixed = data.repartition(odd, tmp_path / "odd_4rg.parquet", row_groups=4)
     assert data.parquet_info(fixed)["row_groups"] == 4
     assert len(rank_batches(fixed, 1, 2, 64, epoch=0)) == 1500 // 64  # 2 row groups of 750 rows

@@ -4,11 +4,12 @@ the first iteration's single bucket; and the canonical torchrun script's evaluat
 import pytest
 import torch
 
-from course_utils import data, launch
+from course_utils import launch
 from course_utils.ddp import options, uneven, wrap
-from course_utils.launcher import RankFailedError
-from course_utils.models import DLRMConfig
-from course_utils.scripts import runner
+from course_utils.runtime import runner
+from course_utils.runtime.launcher import RankFailedError
+from course_utils.workload import data
+from course_utils.workload.models import DLRMConfig
 
 
 def test_join_lets_ranks_with_different_batch_counts_finish_with_equal_weights():

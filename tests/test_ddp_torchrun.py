@@ -6,8 +6,9 @@ import pytest
 
 from course_utils import launch
 from course_utils.ddp import ddp_worker
-from course_utils.progress import Progress, where_progress_shows
-from course_utils.scripts import runner, train_ddp
+from course_utils.notebook.progress import Progress, where_progress_shows
+from course_utils.runtime import runner
+from course_utils.scripts import train_ddp
 
 
 def test_torchrun_script_matches_launch():

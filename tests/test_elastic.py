@@ -7,7 +7,8 @@ from pathlib import Path
 import torch
 
 from course_utils import launch
-from course_utils.scripts import elastic_run, elastic_train, slurm_local
+from course_utils.runtime import elastic_run, slurm_local
+from course_utils.scripts import elastic_train
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "templates" / "slurm_torchrun.sbatch"
 KILL = ["--kill-rank", "1", "--kill-at-step", "14"]  # 16 steps, checkpoints every 5
@@ -77,7 +78,7 @@ def test_a_lost_node_fails_the_job_and_the_requeued_job_resumes(tmp_path):
     like the uninterrupted run."""
     import pytest
 
-    from course_utils.scripts import runner
+    from course_utils.runtime import runner
 
     out = tmp_path / "ckpt"
     env = {"GPUS_PER_NODE": "1", "CKPT_DIR": str(out), "TRAIN_ARGS": " ".join([*KILL, "--kill-what", "node"])}
@@ -109,7 +110,7 @@ def test_the_srun_stand_in_kills_the_other_tasks_on_a_bad_exit(tmp_path):
 
     import pytest
 
-    from course_utils.scripts import runner
+    from course_utils.runtime import runner
 
     script = tmp_path / "job.sbatch"
     body = "srun {flag} bash -c 'if [ $SLURM_NODEID = 1 ]; then exit 3; fi; sleep 60'\n"
@@ -145,7 +146,7 @@ def test_quiz_08_redone_steps_follow_from_the_checkpoint_interval():
 
 
 def test_two_local_elastic_nodes_get_their_own_gpus_or_gloo(monkeypatch, tmp_path):
-    from course_utils.scripts import runner
+    from course_utils.runtime import runner
 
     started = []
 
@@ -171,7 +172,7 @@ def test_two_local_elastic_nodes_get_their_own_gpus_or_gloo(monkeypatch, tmp_pat
 
 
 def test_the_srun_stand_in_gives_each_node_its_own_gpus_or_gloo(monkeypatch, tmp_path):
-    from course_utils.scripts import runner
+    from course_utils.runtime import runner
 
     script = tmp_path / "job.sbatch"
     script.write_text(
@@ -198,7 +199,7 @@ def test_the_scripts_take_their_backend_from_course_backend(monkeypatch, tmp_pat
 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     monkeypatch.setenv("COURSE_BACKEND", "nccl")  # refused on this GPU-less machine, before any group
-    monkeypatch.setattr("course_utils.hardware.gpu_count", lambda: 0)
+    monkeypatch.setattr("course_utils.runtime.hardware.gpu_count", lambda: 0)
     threads = torch.get_num_threads()  # elastic_train.main sets 1 for its rank
     try:
         for main in (elastic_train.main, train_ddp.main):

@@ -7,15 +7,16 @@ import math
 import matplotlib
 import pytest
 
-matplotlib.use("Agg")
+from course_utils.collectives.bandwidth import AlphaBeta
+from course_utils.explorers.allreduce import allreduce_seconds, crossover_bytes, draw_allreduce
+from course_utils.explorers.pipeline import SCHEDULE_TITLES, draw_pipeline, pipeline_view
+from course_utils.explorers.sharding import GIB, draw_sharding, sharding_view
+from course_utils.notebook import widgets
+from course_utils.pipeline.simulate import gpipe_bubble_fraction
+from course_utils.sharding.volume import formula
 
-from course_utils.collectives.bandwidth import AlphaBeta  # noqa: E402
-from course_utils.explorers import widgets  # noqa: E402
-from course_utils.explorers.allreduce import allreduce_seconds, crossover_bytes, draw_allreduce  # noqa: E402
-from course_utils.explorers.pipeline import SCHEDULE_TITLES, draw_pipeline, pipeline_view  # noqa: E402
-from course_utils.explorers.sharding import GIB, draw_sharding, sharding_view  # noqa: E402
-from course_utils.pipeline.simulate import gpipe_bubble_fraction  # noqa: E402
-from course_utils.sharding.volume import formula  # noqa: E402
+pytestmark = pytest.mark.usefixtures("agg_backend")  # tests/conftest.py
+
 
 # --- pipeline -------------------------------------------------------------------------------
 

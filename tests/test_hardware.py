@@ -15,8 +15,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from course_utils import hardware, launch, nvml
-from course_utils.launcher.rank_entry import ResultNotSent, result_bytes
+from course_utils import launch
+from course_utils.runtime import hardware, nvml
+from course_utils.runtime.launcher.rank_entry import ResultNotSent, result_bytes
 
 
 def _run_fresh(code: str, timeout: float = 240) -> str:
@@ -38,8 +39,8 @@ _GPU_MACHINE = """
     torch.cuda._is_compiled = lambda: True
     torch.cuda._device_count_nvml = lambda: 2
     torch.distributed.is_nccl_available = lambda: True
-    from course_utils import nvml
-    from course_utils.nvml import GPUInfo
+    from course_utils.runtime import nvml
+    from course_utils.runtime.nvml import GPUInfo
     T4 = 15 << 30
     nvml.visible_gpus = lambda: [GPUInfo("Tesla T4", "GPU-aa", T4), GPUInfo("Tesla T4", "GPU-bb", T4)]
 """
@@ -49,8 +50,8 @@ def test_gpu_discovery_never_initialises_cuda():
     out = _run_fresh(
         _GPU_MACHINE
         + """
-    from course_utils import hardware
-    from course_utils.launcher import api as launcher
+    from course_utils.runtime import hardware
+    from course_utils.runtime.launcher import api as launcher
     print(hardware.gpu_count(), hardware.gpu_names())
     print(hardware.devices(2, quiet=True), hardware.pick_backend(2), hardware.pick_backend(3))
     print(launcher._start_method("auto"), torch.cuda.is_initialized())
@@ -71,7 +72,7 @@ def test_after_cuda_is_initialised_launch_spawns_and_runs_a_cell_function():
     import torch.distributed as dist
     torch.cuda.is_initialized = lambda: True      # as after any CUDA work in the notebook
     from course_utils import launch
-    from course_utils.launcher import api as launcher
+    from course_utils.runtime.launcher import api as launcher
     print(launcher._start_method("auto"))
 
     factor = 3                                    # a global of the "cell", sent by value

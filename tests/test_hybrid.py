@@ -3,8 +3,10 @@
 import pytest
 import torch
 
-from course_utils import data, hybrid, launch, sharding, train
-from course_utils.models import DLRM, DLRMConfig
+from course_utils import launch, sharding
+from course_utils.sharding import hybrid
+from course_utils.workload import data, train
+from course_utils.workload.models import DLRM, DLRMConfig
 
 CARDS = data.criteo_cardinalities(1 / 1000)
 LOGS = data.make_click_logs(3072, seed=3, cardinalities=CARDS)

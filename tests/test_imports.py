@@ -149,9 +149,73 @@ def _loop_in(graph: dict[str, set[str]], group: set[str]) -> list[str]:
 
 def test_course_utils_has_no_import_cycle():
     graph = import_graph(PACKAGE_DIR)
-    assert len(graph) > 50 and "course_utils.launcher" in graph  # the whole package was read
+    assert len(graph) > 50 and "course_utils.runtime.launcher" in graph  # the whole package was read
     cycles = find_cycles(graph)
     assert not cycles, "import cycles in course_utils:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+# The layers of course_utils, lowest first: a module may import its own layer and lower ones.
+# Topic packages (layer 3) may import each other; the import graph has no cycle either way.
+LAYERS = {
+    "runtime": 0,
+    "notebook": 1,
+    "workload": 2,
+    **dict.fromkeys(("collectives", "data_parallel", "ddp", "model_parallel", "pipeline", "sharding"), 3),
+    "checkpoint": 3,
+    "explorers": 4,
+    "scripts": 4,
+}
+
+
+def layer_of(module: str, root: str = "course_utils") -> int | None:
+    """The layer of ``course_utils.<top>....`` (None for the package itself, whose top-level
+    names are lazy and imported on first use)."""
+    parts = module.split(".")
+    if parts[0] != root or len(parts) == 1:
+        return None
+    if parts[1] not in LAYERS:
+        raise AssertionError(f"{module}: course_utils/{parts[1]} is in no layer; add it to LAYERS")
+    return LAYERS[parts[1]]
+
+
+def upward_imports(graph: dict[str, set[str]], root: str = "course_utils") -> list[str]:
+    """``"a imports b (layer x imports layer y)"`` for every edge from a lower layer to a higher one."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        low = layer_of(module, root)
+        for target in sorted(targets):
+            high = layer_of(target, root)
+            if low is not None and high is not None and high > low:
+                found.append(f"{module} imports {target} (layer {low} imports layer {high})")
+    return found
+
+
+def test_course_utils_top_level_holds_only_packages():
+    loose = sorted(p.name for p in PACKAGE_DIR.glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"modules at the top of course_utils/ (each belongs in a layer's package): {loose}"
+    assert {p.name for p in PACKAGE_DIR.iterdir() if p.is_dir() and p.name != "__pycache__"} == set(LAYERS)
+
+
+def test_no_layer_imports_a_higher_one():
+    assert not upward_imports(import_graph(PACKAGE_DIR)), "\n".join(upward_imports(import_graph(PACKAGE_DIR)))
+
+
+def test_a_planted_upward_import_is_named(tmp_path):
+    files = {
+        "course_utils/__init__.py": "",
+        "course_utils/runtime/__init__.py": "",
+        "course_utils/runtime/hardware.py": "def f():\n    from course_utils.workload.models import DLRM\n",
+        "course_utils/workload/__init__.py": "",
+        "course_utils/workload/models.py": "from course_utils.runtime.hardware import devices\n",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    found = upward_imports(import_graph(tmp_path / "course_utils"))
+    assert found == [
+        "course_utils.runtime.hardware imports course_utils.workload (layer 0 imports layer 2)",
+        "course_utils.runtime.hardware imports course_utils.workload.models (layer 0 imports layer 2)",
+    ]
 
 
 def _write(root: Path, files: dict[str, str]) -> Path:

@@ -15,8 +15,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from course_utils import examples
-from course_utils.launcher import LaunchError, LaunchTimeoutError, RankFailedError, launch
+from course_utils.runtime import examples
+from course_utils.runtime.launcher import LaunchError, LaunchTimeoutError, RankFailedError, launch
 
 
 def _record_pid(pid_dir):
@@ -257,7 +257,7 @@ def test_a_tensor_not_on_the_cpu_reaches_spawned_ranks_as_a_cpu_copy(monkeypatch
     """A meta tensor stands in for a CUDA one, which torch alone would restore on this process's
     GPU in every rank. A gloo rank gets it on the CPU (its rank_device()); an NCCL rank hands it
     to ``to_rank_gpu`` (tests/gpu check that one), replaced here by a stand-in."""
-    from course_utils.launcher import api
+    from course_utils.runtime.launcher import api
 
     copied = meta_as_gpu
     meta = torch.empty(2, 3, device="meta")
@@ -345,7 +345,7 @@ def test_a_native_death_reported_after_its_peer_still_names_the_signal(tmp_path)
     faulthandler line rank 1 printed as it died (a race CI met once in ~30 runs)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-    from course_utils.launcher.errors import diagnose_failure
+    from course_utils.runtime.launcher.errors import diagnose_failure
 
     (tmp_path / "rank0.error").write_text(
         "RuntimeError\n[pair.cc:553] Connection closed by peer [127.0.0.1]:23985\n\x00Traceback ..."

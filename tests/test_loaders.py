@@ -6,11 +6,12 @@ import pytest
 import torch
 from test_ddp import no_garbage_before_fork  # noqa: F401  (autouse: see its docstring)
 
-from course_utils import data, launch
-from course_utils.data import loaders, stream
+from course_utils import launch
 from course_utils.ddp import TrainSettings, ddp_worker, max_difference, train_single
-from course_utils.models import DLRMConfig
-from course_utils.train import fit
+from course_utils.workload import data
+from course_utils.workload.data import loaders, stream
+from course_utils.workload.models import DLRMConfig
+from course_utils.workload.train import fit
 
 CARDS = [3, 16, 100, 400]
 GROUP_ROWS = [126, 125, 125, 125, 125, 125, 125, 124]  # 8 row groups (1000 rows); ranks differ by a row

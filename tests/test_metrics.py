@@ -1,4 +1,4 @@
-"""Tests of course_utils.metrics against brute force and PyTorch."""
+"""Tests of course_utils.workload.metrics against brute force and PyTorch."""
 
 import itertools
 import time
@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from course_utils.metrics import Timer, auc, logloss, throughput
+from course_utils.runtime.timing import Stopwatch
+from course_utils.workload.metrics import auc, logloss, throughput
 
 
 def brute_force_auc(labels, scores):
@@ -82,14 +83,14 @@ def test_logloss_clips_certain_wrong_answers():
         logloss([1, 0], [2.5, -1.0])  # logits, not probabilities
 
 
-def test_timer_and_throughput():
-    with Timer() as t:
+def test_stopwatch_and_throughput():
+    with Stopwatch() as t:
         time.sleep(0.01)
     assert t.seconds >= 0.009 and 0 <= t.cpu_seconds < t.seconds  # sleeping takes no CPU
-    with Timer() as busy:
+    with Stopwatch() as busy:
         sum(i * i for i in range(200_000))
     assert busy.cpu_seconds > 0
-    assert t.throughput(100) == pytest.approx(100 / t.seconds)
+    assert throughput(100, t.seconds) == pytest.approx(100 / t.seconds)
     assert throughput(1000, 2.0) == 500.0
     with pytest.raises(ValueError, match="positive"):
         throughput(10, 0.0)

@@ -110,14 +110,14 @@ def _ddp_odd_batch():
 
 
 def test_ddp_over_a_split_model_names_a_batch_that_does_not_split():
-    from course_utils.launcher import RankFailedError
+    from course_utils.runtime.launcher import RankFailedError
 
     with pytest.raises(RankFailedError, match="a batch of 5 rows does not split evenly over 2 ranks"):
         launch(_ddp_odd_batch, world_size=2, timeout=TIMEOUT, show_output=False)
 
 
 def test_embedding_tables_on_devices_look_up_the_same_rows():
-    from course_utils.models import DLRM
+    from course_utils.workload.models import DLRM
 
     model = DLRM([50, 7, 300, 20], embedding_dim=8)
     sparse = torch.stack([torch.randint(0, c, (16,)) for c in (50, 7, 300, 20)], dim=1)
@@ -130,7 +130,7 @@ def test_embedding_tables_on_devices_look_up_the_same_rows():
 
 def test_quiz_05_numbers():
     """Quiz 05 answers the code computes."""
-    from course_utils.activation_memory import layer_output_bytes, saved_for_backward
+    from course_utils.model_parallel.activation_memory import layer_output_bytes, saved_for_backward
     from course_utils.pipeline import gpipe, simulate
 
     t = simulate(gpipe(4, 1))  # Q2: 4 parts, one batch

@@ -1,10 +1,18 @@
-"""Tests of course_utils.models: the DLRM against brute force, and the memory arithmetic."""
+"""Tests of course_utils.workload.models: the DLRM against brute force, and the memory arithmetic."""
 
 import pytest
 import torch
 
-from course_utils import data
-from course_utils.models import DLRM, OPTIMIZER_STATE_COPIES, DLRMConfig, format_bytes, memory_report
+from course_utils.workload import data
+from course_utils.workload.models import (
+    DLRM,
+    OPTIMIZER_STATE_COPIES,
+    DLRMConfig,
+    DotInteraction,
+    EmbeddingTables,
+    format_bytes,
+    memory_report,
+)
 
 CARDS = [3, 10, 100, 1000]
 
@@ -63,6 +71,69 @@ def test_forward_is_the_three_steps():
     dense, sparse = inputs()
     by_parts = model.interact_and_predict(model.bottom(dense), model.embed(sparse))
     torch.testing.assert_close(model(dense, sparse), by_parts)
+
+
+#: small_model(seed=0)'s state_dict: its keys in order, and each tensor's sum of absolute values.
+#: Chapters print parameter names and store numbers trained from this start, and checkpoints
+#: name their entries so: the parts the DLRM is made of must keep them.
+PINNED_STATE = {
+    "embeddings.0.weight": 6.203305,
+    "embeddings.1.weight": 13.669439,
+    "embeddings.2.weight": 40.289106,
+    "embeddings.3.weight": 125.607471,
+    "bottom.0.weight": 23.178632,
+    "bottom.0.bias": 0.0,
+    "bottom.2.weight": 29.358641,
+    "bottom.2.bias": 0.0,
+    "top.0.weight": 46.632509,
+    "top.0.bias": 0.0,
+    "top.2.weight": 21.413247,
+    "top.2.bias": 0.0,
+    "top.4.weight": 2.203145,
+    "top.4.bias": 0.0,
+}
+
+
+def test_state_dict_names_and_initial_values_are_pinned():
+    state = small_model(seed=0).state_dict()
+    assert list(state) == list(PINNED_STATE)
+    for name, total in PINNED_STATE.items():
+        assert float(state[name].double().abs().sum()) == pytest.approx(total, abs=1e-5), name
+    torch.testing.assert_close(
+        state["embeddings.0.weight"][0, :3], torch.tensor([-0.0043225177, 0.30971584, -0.47518533])
+    )
+
+
+def test_the_dlrm_is_made_of_parts():
+    model = small_model()
+    assert isinstance(model.embeddings, EmbeddingTables) and isinstance(model.interaction, DotInteraction)
+    assert [name for name, _ in model.named_children()] == ["embeddings", "bottom", "top", "interaction"]
+    dense, sparse = inputs()
+    assert torch.equal(model.embed(sparse), model.embeddings(sparse))
+    bottom = model.bottom(dense)
+    embedded = model.embeddings(sparse)
+    assert torch.equal(model.interact(bottom, embedded), model.interaction(bottom, embedded))
+    assert not list(model.interaction.parameters())  # and its buffers are not saved:
+    assert not any(key.startswith("interaction") for key in model.state_dict())
+    some = model.embeddings[1:]  # a slice of the tables looks its own tables up
+    assert isinstance(some, EmbeddingTables) and some.cardinalities.tolist() == CARDS[1:]
+    assert torch.equal(some(sparse[:, 1:]), model.embed(sparse)[:, 1:])
+
+
+def test_hybrid_dense_arch_is_the_same_parts():
+    from course_utils.sharding.hybrid import DenseArch
+
+    model = small_model(seed=3)
+    dense_arch = DenseArch(model)
+    for name in ("bottom", "interaction", "top"):
+        mine, theirs = getattr(dense_arch, name), getattr(model, name)
+        assert type(mine) is type(theirs) and mine is not theirs  # a copy, of the same class
+    dense_keys = [key for key in model.state_dict() if not key.startswith("embeddings.")]
+    assert list(dense_arch.state_dict()) == dense_keys
+    assert all(torch.equal(dense_arch.state_dict()[k], model.state_dict()[k]) for k in dense_keys)
+    dense, sparse = inputs()
+    embedded = model.embed(sparse)
+    assert torch.equal(dense_arch(dense, embedded), model.interact_and_predict(model.bottom(dense), embedded))
 
 
 def test_parameter_groups_split_the_model():

@@ -29,8 +29,18 @@ def test_show_diff_is_the_change_from_one_step_to_the_next(capsys):
     assert "+class BucketedDDP" in out and "-class NaiveDDP" in out
 
 
+def test_show_diff_brief_diffs_the_reading_versions(capsys):
+    show_diff(NaiveDDP.finish_gradient_sync, BucketedDDP.finish_gradient_sync, brief=True)
+    brief = capsys.readouterr().out
+    show_diff(NaiveDDP.finish_gradient_sync, BucketedDDP.finish_gradient_sync)
+    full = capsys.readouterr().out
+    assert "+    # ... a bucket that never filled (a parameter without gradient) is an error" in brief
+    assert "raise RuntimeError" in full and "raise RuntimeError" not in brief
+    assert "-        dist.all_reduce(p.grad, group=self.group)" in brief  # step 1's blocking all-reduce goes
+
+
 def test_fold_details_keeps_the_idea_and_folds_the_machinery():
-    from course_utils.notebook import fold_details
+    from course_utils.notebook.show import fold_details
 
     source = (
         "def f():\n    x = 1\n    # details: undo the signal handler\n    a()\n    b()\n"

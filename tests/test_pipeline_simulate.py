@@ -5,8 +5,6 @@ import json
 import matplotlib
 import pytest
 
-matplotlib.use("Agg")
-
 from course_utils.pipeline import (
     Action,
     Costs,
@@ -26,6 +24,9 @@ from course_utils.pipeline import (
 )
 from course_utils.pipeline.plot import plot_timeline, plot_timelines
 from course_utils.pipeline.simulate import plot_bubble_sweep
+
+pytestmark = pytest.mark.usefixtures("agg_backend")  # tests/conftest.py
+
 
 TOL = 1e-12  # unit costs are exact in binary floating point; the tolerance only absorbs summation order
 PM = [(p, m) for p in range(1, 7) for m in range(p, 17)]

@@ -1,4 +1,4 @@
-"""Tests of course_utils.quiz: (a) every quiz in the repo is well formed, (b) parsing, grading, errors."""
+"""course_utils.notebook.quiz: (a) every quiz in the repo is well formed, (b) parsing, grading, errors."""
 
 import json
 import re

@@ -170,7 +170,8 @@ def test_budget_refuses_what_does_not_fit_before_allocating():
 
 
 def test_quiz_07_answers_are_what_the_code_computes():
-    from course_utils import data, quiz
+    from course_utils import quiz
+    from course_utils.workload import data
 
     answers = {q.number: q.options[q.answer] for q in quiz.load(7).questions}
     assert answers[1] == f"{sharding.formula('table_wise', 1000, 10, 32, 4)['embeddings']:,}"

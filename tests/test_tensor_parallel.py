@@ -7,7 +7,7 @@ import torch.distributed as dist
 from torch import nn
 
 from course_utils import launch
-from course_utils.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+from course_utils.model_parallel.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
 TIMEOUT = 60
 

@@ -1,12 +1,22 @@
-"""Tests of course_utils.train: the single-process loop later chapters build on."""
+"""Tests of course_utils.workload.train: the single-process loop later chapters build on."""
 
 import pytest
 import torch
 
-from course_utils import data, metrics, train
-from course_utils.models import DLRM
+from course_utils.data_parallel.gil import one_torch_thread
+from course_utils.workload import data, metrics, train
+from course_utils.workload.models import DLRM
 
 CARDS = [3, 16, 100, 400]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Every test here on one torch thread, as a rank has; the tests after this module get their
+    thread count back. For the whole module: torch's worker threads, once woken by a test on
+    several threads, spin on for a while and add their CPU time to the next test's steps."""
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +29,6 @@ def make_model(seed=0):
 
 
 def run(logs, **kw):
-    torch.set_num_threads(1)
     model = make_model()
     train_part, test_part = logs.split(0.75)
     hist = train.train(model, train_part, epochs=2, batch_size=512, lr=0.01, eval_data=test_part, **kw)

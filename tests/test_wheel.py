@@ -74,7 +74,7 @@ CHECKS = textwrap.dedent(
     import torch.distributed as dist
     import course_utils
     from course_utils import launch, quiz, show_source
-    from course_utils.scripts import runner, slurm_local
+    from course_utils.runtime import runner, slurm_local
 
     result = quiz.check(4, "ABCDABCD", show=False)
     asked = io.StringIO()
@@ -158,7 +158,7 @@ def test_the_course_runs_from_its_wheel(tmp_path):
     assert found["total"] == 8 and 0 <= found["score"] <= 8
     assert found["asked"].startswith("Quiz: Chapter 4 - ") and "quiz.check(4," in found["asked"]
     assert "no quiz for chapter 99; quizzes exist for chapters 0, 1, 2" in found["unknown"]
-    assert found["shown"].startswith("# course_utils/quiz.py  chapter_number\ndef chapter_number(")
+    assert found["shown"].startswith("# course_utils/notebook/quiz.py  chapter_number\ndef chapter_number(")
     assert found["launched"] == [[0, 2], [1, 2]]
     assert [(r, w) for r, w, _ in found["torchrun"]] == [(0, 2), (1, 2)]
     assert all(s == [3.0 * i for i in range(1, 9)] for _, _, s in found["torchrun"])

@@ -32,18 +32,24 @@ often to save: Young and Daly's interval).
 Taught in chapter 08.
 """
 
-from .app_state import AppState
-from .background import Checkpointer, latest_complete
-from .interval import young_daly_interval
-from .position import GlobalPositionSampler
-from .replicated import (
+from course_utils.checkpoint.app_state import AppState
+from course_utils.checkpoint.background import Checkpointer, latest_complete
+from course_utils.checkpoint.interval import young_daly_interval
+from course_utils.checkpoint.position import GlobalPositionSampler
+from course_utils.checkpoint.replicated import (
     ResumableSampler,
     load_on_every_rank,
     restore_training_state,
     save_on_rank0,
     training_state,
 )
-from .sharded import ShardedModel, load_full_tables, load_sharded, save_sharded, sharded_state_dict
+from course_utils.checkpoint.sharded import (
+    ShardedModel,
+    load_full_tables,
+    load_sharded,
+    save_sharded,
+    sharded_state_dict,
+)
 
 __all__ = [
     "young_daly_interval",

@@ -33,10 +33,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from .. import compat
-from ..hardware import rank_device
-from .app_state import AppState
-from .position import GlobalPositionSampler
+from course_utils.checkpoint.app_state import AppState
+from course_utils.checkpoint.position import GlobalPositionSampler
+from course_utils.runtime import compat
+from course_utils.runtime.hardware import rank_device
 
 __all__ = [
     "Checkpointer",
@@ -235,7 +235,7 @@ def train_big_table(
     module = BigTableModel(rows, dim, seed).to(device)
     # DDP averages the head's gradients; the table's sparse gradient is averaged after backward
     # (average_sparse_gradient says why)
-    DDP._set_params_and_buffers_to_ignore_for_model(module, ["table.weight"])
+    compat.ddp_ignore(module, ["table.weight"])
     model = DDP(module)
     optimizer = torch.optim.Adagrad(model.parameters(), lr=0.05)
     sampler = GlobalPositionSampler(samples, seed=seed)

@@ -3,19 +3,25 @@
 - ``groups``: ``init_group`` (``init_process_group`` with clear errors), ``free_port``;
 - ``ring``: ``plain_ring_all_reduce`` and the tuned ``ring_all_reduce`` from point-to-point
   messages, and their schedule;
-- ``demos``: every collective on a few ranks, before and after, as text and a figure;
+- ``runs``: every collective on a few ranks, before and after, as text and a figure;
 - ``bandwidth``: algorithm and bus bandwidth, timing all-reduces, the alpha-beta model.
 
 Taught in chapter 02.
 """
 
-from . import bandwidth, demos
-from .groups import GroupInitError, free_port, init_group
-from .ring import bytes_sent_per_rank, plain_ring_all_reduce, ring_all_reduce, ring_schedule
+from course_utils.collectives import bandwidth, runs
+from course_utils.collectives.groups import GroupInitError, init_group
+from course_utils.collectives.ring import (
+    bytes_sent_per_rank,
+    plain_ring_all_reduce,
+    ring_all_reduce,
+    ring_schedule,
+)
+from course_utils.runtime.ports import free_port
 
 __all__ = [
     "bandwidth",
-    "demos",
+    "runs",
     "ring_all_reduce",
     "plain_ring_all_reduce",
     "ring_schedule",

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ..hardware import rank_device
-from ..timing import Stopwatch
+from course_utils.runtime.hardware import rank_device
+from course_utils.runtime.timing import Stopwatch
 
 
 def algorithm_bandwidth(nbytes: float, seconds: float) -> float:

@@ -15,13 +15,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import sys
 from datetime import timedelta
 
 import torch.distributed as dist
 
-from ..hardware import group_backend, pick_backend
+from course_utils.runtime.hardware import group_backend, pick_backend
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -32,13 +31,6 @@ class GroupInitError(RuntimeError):
     def __init__(self, reason: str, message: str):
         self.reason = reason
         super().__init__(message)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now (the OS picks it)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def _address(init_method: str) -> str:

@@ -6,16 +6,16 @@
   ``settle_ddp_buckets`` for torch's DDP (its buckets rebuilt before the first step).
 * ``train``: ``ddp_worker`` (one rank; naive, bucketed or torch DDP) and
   ``train_single`` (one process on the global batch), same data, seeds and loop
-  (``course_utils.train.fit``); ``rank_loader`` / ``global_loader`` stream their batches.
-* ``step_timing``: step times of the variants, run side by side (what buckets save).
-* ``compare``: single process vs DataParallel vs DDP on the same model and data.
+  (``course_utils.workload.train.fit``); ``rank_loader`` / ``global_loader`` stream their batches.
+* ``runs``: what the chapter measures: step times of the variants, run side by side (what
+  buckets save), and single process vs DataParallel vs DDP on the same model and data.
 
-Taught in chapter 04 (chapter 03's threads against processes: ``course_utils.gil``).
+Taught in chapter 04 (chapter 03's threads against processes: ``course_utils.data_parallel.gil``).
 """
 
-from .bucketed import Bucket, BucketedDDP, make_buckets, settle_ddp_buckets
-from .naive import NaiveDDP, broadcast_parameters
-from .train import (
+from course_utils.ddp.bucketed import Bucket, BucketedDDP, make_buckets, settle_ddp_buckets
+from course_utils.ddp.naive import NaiveDDP, broadcast_parameters
+from course_utils.ddp.train import (
     DDP_KINDS,
     TrainSettings,
     ddp_worker,

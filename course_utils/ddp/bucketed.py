@@ -53,7 +53,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .naive import NaiveDDP
+from course_utils.ddp.naive import NaiveDDP
 
 __all__ = ["Bucket", "make_buckets", "BucketedDDP"]
 

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..hardware import rank_device
+from course_utils.runtime.hardware import rank_device
 
 __all__ = ["TwoHeads", "train_with_unused_head", "running_means", "buffer_sync_option"]
 

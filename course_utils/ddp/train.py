@@ -3,7 +3,7 @@
 ``ddp_worker`` runs on each rank (under ``launch`` or torchrun); ``train_single``
 runs in one process on the *global* batches, the concatenation of what the ranks
 get at each step. Same model seed, same data order, same loop, so after N steps
-the parameters agree up to float rounding. The loop is ``course_utils.train.fit``:
+the parameters agree up to float rounding. The loop is ``course_utils.workload.train.fit``:
 
     per step, on every rank
         batch = this rank's share of the global batch          # rank_loader
@@ -29,13 +29,13 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..data import Batch, ClickLogs
-from ..data.loaders import GlobalBatches, rank_loader, sampler_indices
-from ..hardware import devices, rank_device
-from ..models import DLRMConfig
-from ..train import History, evaluate, finish_gradient_sync, fit, make_optimizer
-from .bucketed import BucketedDDP
-from .naive import NaiveDDP
+from course_utils.ddp.bucketed import BucketedDDP
+from course_utils.ddp.naive import NaiveDDP
+from course_utils.runtime.hardware import devices, rank_device
+from course_utils.workload.data import Batch, ClickLogs
+from course_utils.workload.data.loaders import GlobalBatches, rank_loader, sampler_indices
+from course_utils.workload.models import DLRMConfig
+from course_utils.workload.train import History, evaluate, finish_gradient_sync, fit, make_optimizer
 
 __all__ = [
     "DDP_KINDS",
@@ -185,7 +185,7 @@ def ddp_worker(
     Each rank builds its model with seed ``model_seed + rank`` (as if each process
     drew its own random weights); wrapping it broadcasts rank 0's, so every rank
     starts from ``model_seed``'s weights, like ``train_single``.
-    Returns a :class:`~course_utils.train.History`: ``step_loss`` (the global batch's loss per
+    Returns a :class:`~course_utils.workload.train.History`: ``step_loss`` (the global batch's loss per
     step, averaged over ranks), ``samples`` (global), ``collectives``, ``state`` (this rank's
     final state_dict), and on rank 0 ``final["auc"]``/``["logloss"]`` on ``eval_data``.
     """

@@ -7,6 +7,6 @@ the default values and, with ipywidgets, sliders that redraw it.
 Taught in chapters 02, 06 and 07 (one explorer each).
 """
 
-from .widgets import explore, live
+from course_utils.notebook.widgets import explore, live
 
 __all__ = ["explore", "live"]

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..pipeline.schedules import SCHEDULE_KINDS, ScheduleKind
-from ..pipeline.simulate import Costs, expected_bubble_fraction, simulate
-from ..pipeline.timeline import Timeline
+from course_utils.pipeline.schedules import SCHEDULE_KINDS, ScheduleKind
+from course_utils.pipeline.simulate import Costs, expected_bubble_fraction, simulate
+from course_utils.pipeline.timeline import Timeline
 
 __all__ = ["SCHEDULE_TITLES", "PipelineView", "peak_formula", "pipeline_view", "draw_pipeline", "CONTROLS"]
 
@@ -109,7 +109,7 @@ def draw_pipeline(**knobs):
     memory in its title. A combination that cannot be built draws the reason instead."""
     import matplotlib.pyplot as plt
 
-    from ..pipeline.plot import plot_timeline
+    from course_utils.pipeline.plot import plot_timeline
 
     try:
         view = pipeline_view(**knobs)

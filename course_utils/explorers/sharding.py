@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..sharding.budget import MemoryBudget
-from ..sharding.plan import SHARDING_KINDS, make_plan
-from ..sharding.volume import formula
+from course_utils.sharding.budget import MemoryBudget
+from course_utils.sharding.plan import SHARDING_KINDS, make_plan
+from course_utils.sharding.volume import formula
 
 __all__ = ["ShardingView", "sharding_view", "draw_sharding", "CONTROLS"]
 

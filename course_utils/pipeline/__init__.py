@@ -20,13 +20,13 @@ optimizer step after the flush), ``pipeline_dp`` (pipeline copies trained data p
 Taught in chapter 06.
 """
 
-from .lowering import Op, check_lowered, lower
-from .mlp import MLPConfig, reference_step
-from .pipeline_dp import run_pipeline_training, train_one_process
-from .plain import train_step_1f1b
-from .recompute import measure_recompute
-from .runs import MeasuredRun, PipelineRun, run_schedule, run_schedules
-from .schedules import (
+from course_utils.pipeline.lowering import Op, check_lowered, lower
+from course_utils.pipeline.mlp import MLPConfig, reference_step
+from course_utils.pipeline.pipeline_dp import run_pipeline_training, train_one_process
+from course_utils.pipeline.plain import train_step_1f1b
+from course_utils.pipeline.recompute import measure_recompute
+from course_utils.pipeline.runs import MeasuredRun, PipelineRun, run_schedule, run_schedules
+from course_utils.pipeline.schedules import (
     SCHEDULE_KINDS,
     SCHEDULES,
     Action,
@@ -37,7 +37,7 @@ from .schedules import (
     one_f_one_b,
     zero_bubble_h1,
 )
-from .simulate import (
+from course_utils.pipeline.simulate import (
     Costs,
     expected_bubble_fraction,
     gpipe_bubble_fraction,
@@ -46,9 +46,9 @@ from .simulate import (
     simulate,
     zb_h1_bubble_time,
 )
-from .timeline import Event, Timeline
-from .trace import chrome_trace
-from .validate import run_in_order, validate
+from course_utils.pipeline.timeline import Event, Timeline
+from course_utils.pipeline.trace import chrome_trace
+from course_utils.pipeline.validate import run_in_order, validate
 
 __all__ = [
     "Action",

@@ -48,11 +48,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..timing import CudaSpan, synchronize
-from .lowering import consumer_stage, lower
-from .mlp import MLPConfig, loss_fn
-from .schedules import ACTION_KINDS, Action, Schedule
-from .validate import dependencies, execution_order
+from course_utils.pipeline.lowering import consumer_stage, lower
+from course_utils.pipeline.mlp import MLPConfig, loss_fn
+from course_utils.pipeline.schedules import ACTION_KINDS, Action, Schedule
+from course_utils.pipeline.validate import dependencies, execution_order
+from course_utils.runtime.timing import CudaSpan, synchronize
 
 
 class StageWorker:

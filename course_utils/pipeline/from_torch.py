@@ -10,8 +10,8 @@ as a ``Schedule`` (torch's ``I``, the input gradient, is the course's ``B``):
                                    holds stages d and 2p-1-d), backward split into B and W
     ScheduleInterleavedZeroBubble  ZB-H1 over v stages per device placed round-robin
 
-It calls the class's own (private) ``_calculate_single_rank_operations``, so the actions
-are torch's; a torch without these classes says so.
+It calls the class's own (private) ``_calculate_single_rank_operations`` through
+``compat.pipeline_order``, so the actions are torch's; a torch without these classes says so.
 
 Taught in chapter 06 (section 7, side by side).
 """
@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from torch.distributed.pipelining import schedules as torch_schedules
 
-from .schedules import Action, Schedule, ScheduleKind
-from .validate import validate
+from course_utils.pipeline.schedules import Action, Schedule, ScheduleKind
+from course_utils.pipeline.validate import validate
+from course_utils.runtime import compat
 
 __all__ = ["from_torch", "TORCH_ZERO_BUBBLE"]
 
@@ -33,34 +34,18 @@ TORCH_ZERO_BUBBLE = {
 KINDS = {"F": "F", "I": "B", "W": "W"}  # torch's computation type -> the course's action kind
 
 
-def _torch_order(cls, p: int, m: int, v: int) -> dict:
-    """Per rank, torch's action list for ``p`` ranks, ``m`` micro-batches, ``v`` stages each."""
-    schedule = cls.__new__(cls)  # no process group, no stages: only what the order needs
-    schedule.pp_group_size, schedule._n_microbatches, schedule.n_local_stages = p, m, v
-    schedule.num_stages = p * v
-    if cls.__name__ == "ScheduleInterleavedZeroBubble":
-        schedule.number_of_rounds = max(1, m // p)
-        schedule.microbatches_per_round = m // schedule.number_of_rounds
-        if m % schedule.number_of_rounds:
-            raise ValueError(f"{cls.__name__} needs m a multiple of its rounds, got m={m}, p={p}")
-    schedule.pipeline_order = {rank: schedule._calculate_single_rank_operations(rank) for rank in range(p)}
-    if hasattr(schedule, "_add_bubbles_to_actions") and cls.__name__ == "ScheduleInterleavedZeroBubble":
-        schedule.pipeline_order = schedule._add_bubbles_to_actions(p * v)
-    return schedule.pipeline_order
-
-
 def from_torch(class_name: str, p: int, m: int, v: int = 2) -> Schedule:
     """Torch's schedule ``class_name`` (a key of ``TORCH_ZERO_BUBBLE``) for ``p`` devices and
     ``m`` micro-batches (``v`` stages per device; ZB-V has 2) as a validated ``Schedule``."""
     if class_name not in TORCH_ZERO_BUBBLE:
         raise ValueError(f"unknown class {class_name!r}; choose one of {sorted(TORCH_ZERO_BUBBLE)}")
     cls = getattr(torch_schedules, class_name, None)
-    if cls is None or not hasattr(cls, "_calculate_single_rank_operations"):
+    if cls is None or not compat.computes_pipeline_order(cls):
         raise ValueError(f"this torch has no {class_name} to read (it came with torch 2.6 or later)")
     kind = TORCH_ZERO_BUBBLE[class_name]
     if kind == ScheduleKind.ZB_V and v != 2:
         raise ValueError(f"ScheduleZBVZeroBubble holds exactly 2 stages per device, got v={v}")
-    order = _torch_order(cls, p, m, v)
+    order = compat.pipeline_order(cls, p, m, v)  # per rank, torch's action list
     devices = []
     for rank in range(p):
         actions = []

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .schedules import Action, Schedule
-from .validate import dependencies
+from course_utils.pipeline.schedules import Action, Schedule
+from course_utils.pipeline.validate import dependencies
 
 
 class Op(NamedTuple):

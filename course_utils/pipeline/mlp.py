@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..model_parallel import partition_sequential
+from course_utils.model_parallel import partition_sequential
 
 
 @dataclass(frozen=True)

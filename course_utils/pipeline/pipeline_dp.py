@@ -19,10 +19,10 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..hardware import rank_device
-from ..launcher import launch
-from .mlp import MLPConfig, loss_fn
-from .plain import train_step_1f1b
+from course_utils.pipeline.mlp import MLPConfig, loss_fn
+from course_utils.pipeline.plain import train_step_1f1b
+from course_utils.runtime.hardware import rank_device
+from course_utils.runtime.launcher import launch
 
 __all__ = ["pipeline_dp_rank", "run_pipeline_training", "train_one_process"]
 

@@ -33,9 +33,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..hardware import rank_device
-from ..timing import Stopwatch
-from .mlp import loss_fn
+from course_utils.pipeline.mlp import loss_fn
+from course_utils.runtime.hardware import rank_device
+from course_utils.runtime.timing import Stopwatch
 
 __all__ = ["exchange", "exchange_ms", "train_step_1f1b"]
 

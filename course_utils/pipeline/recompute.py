@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .mlp import MLPConfig
+from course_utils.pipeline.mlp import MLPConfig
 
 __all__ = ["SavedActivations", "RecomputeRun", "stage_step", "measure_recompute"]
 

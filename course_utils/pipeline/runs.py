@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 import torch.distributed as dist
 
-from ..hardware import devices
-from ..launcher import launch
-from .executor import ScheduleRunner
-from .mlp import MLPConfig
-from .schedules import Schedule
-from .timeline import Event, Timeline
-from .validate import validate
+from course_utils.pipeline.executor import ScheduleRunner
+from course_utils.pipeline.mlp import MLPConfig
+from course_utils.pipeline.schedules import Schedule
+from course_utils.pipeline.timeline import Event, Timeline
+from course_utils.pipeline.validate import validate
+from course_utils.runtime.hardware import devices
+from course_utils.runtime.launcher import launch
 
 __all__ = [
     "alternate",

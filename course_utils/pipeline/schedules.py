@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
 
-from ..checks import check_whole
+from course_utils.runtime.checks import check_whole
 
 ACTION_KINDS = ("F", "B", "W")
 

@@ -23,9 +23,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .schedules import SCHEDULES, Schedule, ScheduleKind
-from .timeline import Event, Timeline
-from .validate import dependencies, execution_order, validate
+from course_utils.pipeline.schedules import SCHEDULES, Schedule, ScheduleKind
+from course_utils.pipeline.timeline import Event, Timeline
+from course_utils.pipeline.validate import dependencies, execution_order, validate
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def plot_bubble_sweep(p: int, ms, v: int = 2, costs: Costs = Costs()):
     (markers) and the formula (line). ``ms`` must be multiples of p (interleaved needs it)."""
     import matplotlib.pyplot as plt
 
-    from .plot import DPI
+    from course_utils.pipeline.plot import DPI
 
     fig, ax = plt.subplots(figsize=(6.5, 3.4), dpi=DPI, layout="constrained")
     for (kind, make), marker in zip(SCHEDULES.items(), "osD^", strict=False):

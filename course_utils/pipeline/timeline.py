@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .schedules import Action
+from course_utils.pipeline.schedules import Action
 
 
 @dataclass(frozen=True)
@@ -140,12 +140,12 @@ class Timeline:
 
     def plot(self, ax=None, **kwargs):
         """Gantt chart with idle time shaded, and the live-activation curve under it."""
-        from .plot import plot_timeline
+        from course_utils.pipeline.plot import plot_timeline
 
         return plot_timeline(self, ax=ax, **kwargs)
 
     def to_chrome_trace(self, path=None) -> dict:
         """Chrome trace JSON (open in https://ui.perfetto.dev or chrome://tracing)."""
-        from .trace import chrome_trace
+        from course_utils.pipeline.trace import chrome_trace
 
         return chrome_trace(self, path)

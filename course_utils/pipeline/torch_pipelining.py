@@ -24,13 +24,13 @@ import torch.distributed as dist
 from torch.distributed import pipelining
 from torch.distributed.pipelining import PipelineStage
 
-from ..compat import fix_init_handshake, step_accepts_return_outputs
-from ..hardware import devices
-from ..launcher import launch
-from .executor import ScheduleRunner
-from .mlp import MLPConfig, loss_fn
-from .runs import MeasuredRun, PipelineRun, alternate, check_runnable, collect
-from .schedules import SCHEDULE_KINDS, Schedule, ScheduleKind
+from course_utils.pipeline.executor import ScheduleRunner
+from course_utils.pipeline.mlp import MLPConfig, loss_fn
+from course_utils.pipeline.runs import MeasuredRun, PipelineRun, alternate, check_runnable, collect
+from course_utils.pipeline.schedules import SCHEDULE_KINDS, Schedule, ScheduleKind
+from course_utils.runtime.compat import fix_init_handshake, step_accepts_return_outputs
+from course_utils.runtime.hardware import devices
+from course_utils.runtime.launcher import launch
 
 # kind -> torch's schedule class, for the kinds torch has (from the one table, ``SCHEDULE_KINDS``)
 TORCH_SCHEDULES = {

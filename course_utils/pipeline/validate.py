@@ -12,7 +12,7 @@ Taught in chapter 06 (section 2, a schedule checked).
 
 from __future__ import annotations
 
-from .schedules import ACTION_KINDS, Action, Schedule
+from course_utils.pipeline.schedules import ACTION_KINDS, Action, Schedule
 
 
 def dependencies(action: Action, num_stages: int, split_backward: bool) -> list[Action]:

@@ -16,10 +16,10 @@ import warnings
 import torch
 from torch import nn
 
-from ..model_parallel import VerticalSplit
-from ..timing import synchronize
-from .schedules import Action
-from .timeline import Event, Timeline
+from course_utils.model_parallel import VerticalSplit
+from course_utils.pipeline.schedules import Action
+from course_utils.pipeline.timeline import Event, Timeline
+from course_utils.runtime.timing import synchronize
 
 __all__ = ["timed_training_step"]
 

@@ -33,8 +33,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
-from course_utils.models import DLRMConfig
 from course_utils.scripts.rank_exit import run_without_interpreter_shutdown
+from course_utils.workload.models import DLRMConfig
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -52,7 +52,7 @@ def parse(argv=None) -> argparse.Namespace:
 def datasets(args: argparse.Namespace) -> tuple[TensorDataset, TensorDataset, list[int]]:
     """(training rows, held-out rows, cardinalities): ``TensorDataset(dense, sparse, label)``s,
     the same on every rank (same seed)."""
-    from course_utils import data
+    from course_utils.workload import data
 
     logs = data.make_click_logs(args.rows + args.eval_rows, seed=args.seed)
     train, held_out = logs[: args.rows], logs[args.rows :]

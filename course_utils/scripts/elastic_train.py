@@ -105,12 +105,13 @@ def train(args: argparse.Namespace) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader, TensorDataset
 
-    from course_utils import checkpoint, data
-    from course_utils.data import Batch
+    from course_utils import checkpoint
     from course_utils.ddp.bucketed import settle_ddp_buckets
-    from course_utils.hardware import rank_device
-    from course_utils.models import DLRM
-    from course_utils.train import make_optimizer, train_step
+    from course_utils.runtime.hardware import rank_device
+    from course_utils.workload import data
+    from course_utils.workload.data import Batch
+    from course_utils.workload.models import DLRM
+    from course_utils.workload.train import make_optimizer, train_step
 
     rank = dist.get_rank()
     device = rank_device()
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     import torch.distributed as dist
 
-    from course_utils.hardware import group_backend, pick_backend
+    from course_utils.runtime.hardware import group_backend, pick_backend
 
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)

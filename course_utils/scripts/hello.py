@@ -33,7 +33,7 @@ def report() -> dict:
     import torch.distributed as dist
 
     from course_utils.collectives import ring_all_reduce
-    from course_utils.hardware import rank_device
+    from course_utils.runtime.hardware import rank_device
 
     rank = dist.get_rank()
     mine = (rank + 1) * torch.arange(1, 9, dtype=torch.float64, device=rank_device())  # [8] float64

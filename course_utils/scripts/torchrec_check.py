@@ -39,7 +39,7 @@ def _gather_tables(model, world: int) -> list:
     import torch
     import torch.distributed as dist
 
-    from course_utils.hardware import rank_device
+    from course_utils.runtime.hardware import rank_device
 
     pieces = []
     for key, value in model.state_dict().items():
@@ -110,7 +110,7 @@ def compare(kind: str) -> dict:
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     from course_utils import sharding
-    from course_utils.hardware import rank_device
+    from course_utils.runtime.hardware import rank_device
 
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)

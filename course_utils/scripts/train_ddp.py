@@ -16,7 +16,7 @@ assigned when the nodes meet: no ``--node-rank``; ``--rdzv-id`` names the job, t
 every node. ``scripts/ddp_canonical.py`` is the same kind of script in plain PyTorch.)
 
 Data: ``--parquet FILE`` (each rank reads only its own row groups; their count
-must be a multiple of the world size, see ``python -m course_utils.data
+must be a multiple of the world size, see ``python -m course_utils.workload.data
 repartition``), or synthetic click logs generated identically on every rank.
 
 Taught in chapter 04 (section 9, the same training under ``torchrun``).
@@ -54,9 +54,9 @@ def inputs(args: argparse.Namespace, rank: int = 0, world_size: int = 1):
     Training data is the parquet path (each rank reads its own row groups later) or
     synthetic ``ClickLogs``, the same on every rank and in a notebook that calls this.
     """
-    from course_utils import data
     from course_utils.ddp import TrainSettings
-    from course_utils.models import DLRMConfig
+    from course_utils.workload import data
+    from course_utils.workload.models import DLRMConfig
 
     if args.parquet is not None:
         # a row-group count that does not split evenly stops here, with the fix; ddp_worker reads the rows
@@ -65,7 +65,7 @@ def inputs(args: argparse.Namespace, rank: int = 0, world_size: int = 1):
         cards = info["cardinalities"]
         if cards is None:
             raise SystemExit(
-                f"{args.parquet} was not written by course_utils.data.write_parquet "
+                f"{args.parquet} was not written by course_utils.workload.data.write_parquet "
                 "(no cardinalities in its metadata)"
             )
     else:
@@ -93,7 +93,7 @@ def main(argv=None) -> None:
 
     from course_utils.collectives import init_group
     from course_utils.ddp import ddp_worker
-    from course_utils.hardware import pick_backend
+    from course_utils.runtime.hardware import pick_backend
 
     # NCCL if each local rank has a GPU; COURSE_BACKEND=gloo (stand-in nodes sharing GPUs) forces gloo
     backend = pick_backend(

@@ -9,19 +9,18 @@ Modules: ``plan`` (who owns what), ``alltoall`` (``exchange``: the metered, diff
 all-to-all), ``table_wise`` / ``row_wise`` / ``column_wise`` (the lookups), ``lookups``
 (``shard_embeddings``: the lookup for a plan),
 ``volume`` (bytes per step: formula and measurement), ``budget`` (a memory budget
-per rank, enforced), ``draw`` (the all-to-all pattern as a picture), ``timing``
-(step times of a lookup).
+per rank, enforced), ``plot`` (the all-to-all pattern as a picture), ``runs``
+(step times of a lookup), ``hybrid`` (the hybrid-parallel DLRM: sharded tables, DDP dense part).
 
 Taught in chapter 07.
 """
 
-from .alltoall import Traffic, exchange
-from .base import ShardedEmbeddingBags, full_tables, lookup_unsharded
-from .budget import BudgetExceededError, MemoryBudget
-from .column_wise import ColumnWiseEmbeddingBags
-from .draw import draw_pattern
-from .lookups import LOOKUPS, shard_embeddings
-from .plan import (
+from course_utils.sharding.alltoall import Traffic, exchange
+from course_utils.sharding.base import ShardedEmbeddingBags, full_tables, lookup_unsharded
+from course_utils.sharding.budget import BudgetExceededError, MemoryBudget
+from course_utils.sharding.column_wise import ColumnWiseEmbeddingBags
+from course_utils.sharding.lookups import LOOKUPS, shard_embeddings
+from course_utils.sharding.plan import (
     SHARDING_KINDS,
     Shard,
     ShardingPlan,
@@ -31,10 +30,11 @@ from .plan import (
     plan_row_wise,
     plan_table_wise,
 )
-from .row_wise import RowWiseEmbeddingBags, route
-from .table_wise import TableWiseEmbeddingBags
-from .timing import time_lookup_steps
-from .volume import formula, measured, routed_ids
+from course_utils.sharding.plot import draw_pattern
+from course_utils.sharding.row_wise import RowWiseEmbeddingBags, route
+from course_utils.sharding.runs import time_lookup_steps
+from course_utils.sharding.table_wise import TableWiseEmbeddingBags
+from course_utils.sharding.volume import formula, measured, routed_ids
 
 __all__ = [
     "SHARDING_KINDS",

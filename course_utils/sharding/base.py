@@ -20,10 +20,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
-from ..checks import check_ids
-from ..hardware import rank_device
-from .alltoall import Traffic
-from .plan import Shard, ShardingPlan
+from course_utils.runtime.checks import check_ids
+from course_utils.runtime.hardware import rank_device
+from course_utils.sharding.alltoall import Traffic
+from course_utils.sharding.plan import Shard, ShardingPlan
 
 __all__ = ["ShardedEmbeddingBags", "lookup_unsharded", "full_tables"]
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checks import check_choice
-from ..models import OPTIMIZER_STATE_COPIES, format_bytes
-from .plan import ShardingPlan
+from course_utils.runtime.checks import check_choice
+from course_utils.sharding.plan import ShardingPlan
+from course_utils.workload.models import OPTIMIZER_STATE_COPIES, format_bytes
 
 __all__ = ["MemoryBudget", "BudgetExceededError"]
 

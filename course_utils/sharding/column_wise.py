@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from .alltoall import exchange
-from .base import ShardedEmbeddingBags
+from course_utils.sharding.alltoall import exchange
+from course_utils.sharding.base import ShardedEmbeddingBags
 
 __all__ = ["ColumnWiseEmbeddingBags"]
 

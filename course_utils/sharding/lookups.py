@@ -5,11 +5,11 @@ Taught in chapter 07 (section 7, each sharded lookup against the unsharded one).
 
 from __future__ import annotations
 
-from .base import ShardedEmbeddingBags
-from .column_wise import ColumnWiseEmbeddingBags
-from .plan import ShardingPlan
-from .row_wise import RowWiseEmbeddingBags
-from .table_wise import TableWiseEmbeddingBags
+from course_utils.sharding.base import ShardedEmbeddingBags
+from course_utils.sharding.column_wise import ColumnWiseEmbeddingBags
+from course_utils.sharding.plan import ShardingPlan
+from course_utils.sharding.row_wise import RowWiseEmbeddingBags
+from course_utils.sharding.table_wise import TableWiseEmbeddingBags
 
 __all__ = ["LOOKUPS", "shard_embeddings"]
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checks import check_sizes, check_whole
+from course_utils.runtime.checks import check_sizes, check_whole
 
 __all__ = [
     "SHARDING_KINDS",

@@ -23,9 +23,9 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from .alltoall import exchange
-from .base import ShardedEmbeddingBags
-from .plan import ShardingPlan
+from course_utils.sharding.alltoall import exchange
+from course_utils.sharding.base import ShardedEmbeddingBags
+from course_utils.sharding.plan import ShardingPlan
 
 __all__ = ["RowWiseEmbeddingBags", "route"]
 

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .plan import ShardingPlan
-from .row_wise import route
+from course_utils.sharding.plan import ShardingPlan
+from course_utils.sharding.row_wise import route
 
 __all__ = ["formula", "routed_ids", "measured", "ID_BYTES", "VALUE_BYTES"]
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from course_utils import launch
-from course_utils.timing import CudaSpan, Stopwatch
+from course_utils.runtime.timing import CudaSpan, Stopwatch
 
 pytestmark = pytest.mark.gpu(1)
 
@@ -33,8 +33,8 @@ def test_launch_after_is_available_forks_and_the_rank_gets_cuda_0():
     import torch, torch.distributed as dist
     import course_utils                       # the setup cell imports it first
     from course_utils import launch
-    from course_utils.launcher import api as launcher
-    from course_utils.hardware import rank_device
+    from course_utils.runtime.launcher import api as launcher
+    from course_utils.runtime.hardware import rank_device
     assert torch.cuda.is_available()          # what every tutorial does first
     print(launcher._start_method("auto"))
     print(launch(lambda: (str(rank_device()), dist.get_backend()), world_size=1, show_output=False))
@@ -46,7 +46,7 @@ def test_launch_after_cuda_init_spawns_a_cell_function_and_returns_cpu_tensors()
     lines = _fresh("""
     import torch, torch.distributed as dist
     from course_utils import launch
-    from course_utils.launcher import api as launcher
+    from course_utils.runtime.launcher import api as launcher
     x = torch.ones(3, device="cuda")          # CUDA is initialised in the "notebook"
 
     def cell_function(scale):
@@ -64,7 +64,7 @@ def test_results_never_initialise_cuda_in_the_notebook():
     lines = _fresh("""
     import torch
     from course_utils import launch
-    from course_utils.hardware import rank_device
+    from course_utils.runtime.hardware import rank_device
     out = launch(lambda: {"w": torch.randn(4, device=rank_device())}, world_size=1, show_output=False)
     print(out[0]["w"].device, torch.cuda.is_initialized())
     """)
@@ -74,7 +74,7 @@ def test_results_never_initialise_cuda_in_the_notebook():
 def _where():
     import torch.distributed as dist
 
-    from course_utils.hardware import rank_device
+    from course_utils.runtime.hardware import rank_device
 
     return dist.get_backend(), str(rank_device())
 
@@ -121,7 +121,7 @@ def test_two_stand_in_nodes_on_one_gpu_train_with_gloo():
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
     lines = _fresh(
         """
-        from course_utils.scripts import runner
+        from course_utils.runtime import runner
         run = runner.run_torchrun(module="course_utils.scripts.train_ddp", nproc_per_node=1, nnodes=2,
                                   rendezvous="c10d", timeout=300)
         same = run.reports[0]["fingerprint"] == run.reports[1]["fingerprint"]
@@ -138,7 +138,7 @@ def test_a_cuda_tensor_sent_to_spawned_ranks_lands_on_each_rank_device():
     lines = _fresh("""
     import torch
     from course_utils import gpu_count, launch
-    from course_utils.hardware import rank_device
+    from course_utils.runtime.hardware import rank_device
     x = torch.arange(3.0, device="cuda")      # CUDA is initialised in the "notebook": ranks spawn
     w = torch.nn.Parameter(torch.ones(2, device="cuda"))
 

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu(2)
 
 
 def _who():
-    from course_utils.hardware import rank_device
+    from course_utils.runtime.hardware import rank_device
 
     return dist.get_backend(), str(rank_device()), torch.cuda.current_device()
 
@@ -29,7 +29,7 @@ def test_nccl_ranks_on_distinct_gpus():
 
 def _ring_on_cuda(sizes):
     from course_utils.collectives import ring_all_reduce
-    from course_utils.hardware import rank_device
+    from course_utils.runtime.hardware import rank_device
 
     worst = 0.0
     for numel in sizes:
@@ -60,7 +60,7 @@ def test_ddp_naive_bucketed_and_torch_agree_with_one_process():
 def test_data_parallel_by_hand_equals_one_gpu():
     import test_data_parallel as t
 
-    from course_utils import data
+    from course_utils.workload import data
 
     t.test_by_hand_equals_nn_data_parallel_on_two_gpus(
         data.make_click_logs(4096, seed=0, cardinalities=t.CARDS, n_dense=4)
@@ -126,7 +126,7 @@ def test_a_cuda_tensor_sent_to_spawned_ranks_lands_on_each_rank_own_gpu():
     lines = _fresh("""
     import torch
     from course_utils import launch
-    from course_utils.hardware import rank_device
+    from course_utils.runtime.hardware import rank_device
     x = torch.ones(2, device="cuda")          # on cuda:0; CUDA is initialised, so ranks spawn
     print(launch(lambda t: (str(t.device), str(rank_device())), x, world_size=2, show_output=False))
     """)
@@ -135,7 +135,7 @@ def test_a_cuda_tensor_sent_to_spawned_ranks_lands_on_each_rank_own_gpu():
 
 def _used_its_gpu(fn, *args):
     """Run ``fn(*args)`` in this rank; return whether it put tensors on this rank's GPU."""
-    from course_utils.hardware import rank_device
+    from course_utils.runtime.hardware import rank_device
 
     fn(*args)
     return torch.cuda.max_memory_allocated(rank_device()) > 0
@@ -185,7 +185,7 @@ def test_dcp_round_trip_on_cuda(tmp_path):
 
 
 def test_two_local_nodes_get_distinct_gpus_and_nccl():
-    from course_utils.scripts import runner
+    from course_utils.runtime import runner
 
     run = runner.run_torchrun(
         module="course_utils.scripts.train_ddp", nproc_per_node=1, nnodes=2, rendezvous="c10d", timeout=300

@@ -8,8 +8,8 @@ GiB = 2**30
 
 def _mlperf(optimizer: str):
     """memory_report of the MLPerf DLRM on Criteo 1TB, as chapter 01 configures it."""
-    from course_utils import data
-    from course_utils.models import DLRMConfig, memory_report
+    from course_utils.workload import data
+    from course_utils.workload.models import DLRMConfig, memory_report
 
     tables, mlps = data.CRITEO_1TB_CARDINALITIES, dict(bottom_mlp=(512, 256), top_mlp=(1024, 1024, 512, 256))
     return memory_report(DLRMConfig(tables, embedding_dim=128, **mlps), optimizer)
@@ -21,7 +21,7 @@ def _share_in_embeddings() -> float:
 
 
 def _rows_1tb() -> int:
-    from course_utils import data
+    from course_utils.workload import data
 
     return data.CRITEO_1TB_ROWS
 

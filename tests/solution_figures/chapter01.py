@@ -8,8 +8,8 @@ DEVICES, BUDGET = 4, 80e9
 
 def _table_bytes(optimizer: str) -> list[int]:
     """Training bytes of each MLPerf DLRM table (D = 128), largest table first."""
-    from course_utils import data
-    from course_utils.models import DLRMConfig, memory_report
+    from course_utils.workload import data
+    from course_utils.workload.models import DLRMConfig, memory_report
 
     tables = sorted(data.CRITEO_1TB_CARDINALITIES, reverse=True)
     return [
@@ -31,7 +31,7 @@ def _even_gb(optimizer: str) -> float:
 
 
 def _largest_tables_in_millions(k: int) -> float:
-    from course_utils import data
+    from course_utils.workload import data
 
     return sorted(data.CRITEO_1TB_CARDINALITIES, reverse=True)[k] / 1e6
 

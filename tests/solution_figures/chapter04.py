@@ -3,8 +3,8 @@
 
 def gradient_mib() -> float:
     """MiB of float32 gradients of the chapter's DLRM (all its parameters)."""
-    from course_utils import data
-    from course_utils.models import DLRMConfig
+    from course_utils.workload import data
+    from course_utils.workload.models import DLRMConfig
 
     model = DLRMConfig(data.make_click_logs(75_000, seed=0).cardinalities).build()
     return sum(p.numel() * 4 for p in model.parameters()) / 2**20

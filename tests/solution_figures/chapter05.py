@@ -6,8 +6,8 @@ def _crossover(sizes, part):
     import torch
 
     from course_utils import devices
-    from course_utils.activation_memory import saved_for_backward
     from course_utils.model_parallel import VerticalSplit
+    from course_utils.model_parallel.activation_memory import saved_for_backward
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -23,7 +23,7 @@ def _crossover(sizes, part):
 def _activation_bytes_per_row(part_blocks):
     import torch
 
-    from course_utils.activation_memory import saved_for_backward
+    from course_utils.model_parallel.activation_memory import saved_for_backward
 
     block = torch.nn.Sequential(
         *[torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU()) for _ in range(part_blocks)]
@@ -34,7 +34,7 @@ def _activation_bytes_per_row(part_blocks):
 def _table_mb(cardinalities, balance):
     from course_utils import devices
     from course_utils.model_parallel import place_embedding_tables
-    from course_utils.models import DLRM
+    from course_utils.workload.models import DLRM
 
     dlrm = DLRM(cardinalities, embedding_dim=16, seed=0)
     where = place_embedding_tables(dlrm, devices(2, quiet=True), balance=balance)
@@ -47,7 +47,7 @@ def _table_mb(cardinalities, balance):
 def _saved_mb(activation):
     import torch
 
-    from course_utils.activation_memory import saved_for_backward
+    from course_utils.model_parallel.activation_memory import saved_for_backward
 
     torch.manual_seed(0)
     part = torch.nn.Sequential(

@@ -1,0 +1,12 @@
+"""The notebook layer: what a chapter uses to show and check, over the runtime.
+
+* ``show``: ``show_source`` / ``show_diff`` (the package's code, shown in a notebook),
+  ``environment``;
+* ``progress``: one line that updates while a long cell runs;
+* ``quiz``: each chapter's quiz, checked (``quiz.check(4, "ABDC...")``);
+* ``widgets``: the sliders of the explorers.
+
+Imports only ``course_utils.runtime`` (``tests/test_imports.py``).
+
+Taught in chapter 00 (``show_source``, the quizzes).
+"""

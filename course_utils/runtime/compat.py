@@ -1,0 +1,270 @@
+"""What differs between the torch versions the course supports (2.9.1, the floor, to 2.13), in one place.
+
+Each helper names the torch that lacks something and gives the same result on every version:
+
+* ``all_to_all(outs, ins)``: ``dist.all_to_all``, or, where the backend has no list-form
+  all-to-all (gloo in torch 2.9; gloo has it in 2.13, see pytorch/pytorch#165435), the same
+  exchange made of paired point-to-point messages (``all_to_all_by_pairs``).
+  ``dist.all_to_all_single`` (one flat tensor) works on gloo in every supported torch.
+* ``fix_init_handshake(ops)``: torch 2.9's ``PipelineStage`` opens its connections by sending
+  an int64 scalar (8 bytes) into a float32 receive buffer (4 bytes); gloo checks sizes and
+  aborts the process (SIGABRT). torch 2.13 sends float32. The course's stages send float32.
+* ``step_accepts_return_outputs(schedule)``: ``schedule.step(return_outputs=...)`` is new
+  after torch 2.9; there, an unknown keyword would be passed on to the model's forward.
+* ``reusable_stager(options)``: a ``DefaultStager`` kept from one ``dcp.async_save`` to the
+  next, where this torch's can be reused. torch 2.11's ``DefaultStager`` clears its copier's
+  dispatch table after every staging, so its second staging fails (``KeyError: <class 'type'>``
+  in ``deepcopy_with_tensor_offload``); torch 2.9 and 2.13 keep it. Found by a probe, not by
+  version number.
+* ``quiet_dcp_storage_warning()``: torch 2.9's DCP file writer calls ``tensor.storage()``, which
+  warns "TypedStorage is deprecated" on every save; later releases do not.
+
+And every private torch API the course needs (``tests/test_private_torch_api.py`` finds any
+other use), each wrapped in a function that says what it reaches and why no public call does:
+
+* ``cuda_compiled()``, ``gpu_count_from_driver()``: GPUs counted without initialising CUDA;
+* ``import_dynamo()``: ``torch._dynamo``, imported ahead of the forked ranks;
+* ``ddp_ignore(module, names)``, ``ddp_bucket_sizes(ddp_model)``: DDP's ignored parameters,
+  and its gradient buckets as its logger records them;
+* ``computes_pipeline_order(cls)``, ``pipeline_order(cls, p, m, v)``: the action lists of
+  torch's zero-bubble schedules, computed without processes;
+* ``module_tree_copy(module, device)``, ``set_parameter(module, name, tensor)``: a module's
+  replica for another device, as ``torch.nn.parallel.replicate`` builds it.
+
+The private names used here exist, with the same meaning, in every supported torch (2.9.1 to 2.13).
+
+Not taught in a chapter: support code that the taught modules call, so they read the same on every torch.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "all_to_all",
+    "all_to_all_by_pairs",
+    "computes_pipeline_order",
+    "cuda_compiled",
+    "ddp_bucket_sizes",
+    "ddp_ignore",
+    "fix_init_handshake",
+    "gpu_count_from_driver",
+    "import_dynamo",
+    "module_tree_copy",
+    "pipeline_order",
+    "quiet_dcp_storage_warning",
+    "reusable_stager",
+    "set_parameter",
+    "step_accepts_return_outputs",
+]
+
+# (backend name, device type) pairs seen to lack the list form of all-to-all in this process.
+# The check is local to each process (the backend refuses the call before sending anything),
+# so every rank of a group reaches the same answer and takes the same path, cached or not.
+_LACK_ALL_TO_ALL: set[tuple[str, str]] = set()
+
+
+def all_to_all_by_pairs(outs: list[torch.Tensor], ins: list[torch.Tensor], group=None) -> None:
+    """``dist.all_to_all(outs, ins)`` made of point-to-point messages: ``ins[j]`` goes to rank ``j``,
+    ``outs[j]`` receives what rank ``j`` sent here.
+
+    To each other rank, one send and one receive, all posted together in one
+    ``dist.batch_isend_irecv`` and then waited for: posted one by one, a blocking send can
+    wait for a receive its peer has not posted yet (NCCL deadlocks). The piece a rank sends
+    itself is copied. Same bytes on the wire as the collective: ``ins[j]`` for every ``j != rank``.
+    """
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    if len(outs) != world or len(ins) != world:
+        raise ValueError(
+            f"all_to_all needs one input and one output per rank ({world}), "
+            f"got {len(ins)} inputs and {len(outs)} outputs"
+        )
+    outs[rank].copy_(ins[rank])
+    ops = []
+    for peer in range(world):
+        if peer != rank:
+            ops.append(dist.P2POp(dist.isend, ins[peer].contiguous(), group=group, group_peer=peer))
+            ops.append(dist.P2POp(dist.irecv, outs[peer], group=group, group_peer=peer))
+    for work in dist.batch_isend_irecv(ops) if ops else []:
+        work.wait()
+
+
+def all_to_all(outs: list[torch.Tensor], ins: list[torch.Tensor], group=None) -> None:
+    """``dist.all_to_all(outs, ins, group)``; where the backend lacks it (gloo in torch 2.9),
+    ``all_to_all_by_pairs``, which gives the same result. (gloo's, where it exists, wants
+    pieces of one size; the pairs take any.)
+
+    The rule: try the collective; if the backend refuses it ("does not support alltoall",
+    raised in this process before anything is sent), remember that for this backend and
+    device type, and use the pairs from then on.
+    """
+    backend = (str(dist.get_backend(group)), ins[0].device.type)  # "cpu:gloo,cuda:nccl": per device
+    if backend not in _LACK_ALL_TO_ALL:
+        try:
+            dist.all_to_all(outs, ins, group=group)
+            return
+        except RuntimeError as exc:
+            if "does not support alltoall" not in str(exc):
+                raise
+            _LACK_ALL_TO_ALL.add(backend)
+    all_to_all_by_pairs(outs, ins, group)
+
+
+def fix_init_handshake(ops: list) -> list:
+    """The ``PipelineStage`` connection handshake ops with every tensor float32 (one element).
+
+    torch 2.9 sends ``torch.tensor(stage_index)`` (int64, 8 bytes) to a neighbour that
+    receives into ``torch.zeros(1)`` (float32, 4 bytes); gloo aborts the process on the
+    mismatch ("Received data size doesn't match expected size"). torch 2.13 sends float32,
+    so there this changes nothing.
+    """
+    for op in ops:
+        if op.tensor.dtype != torch.float32:
+            op.tensor = op.tensor.to(torch.float32)
+    return ops
+
+
+def step_accepts_return_outputs(schedule) -> bool:
+    """Whether ``schedule.step`` takes ``return_outputs`` (torch 2.9 does not)."""
+    return "return_outputs" in inspect.signature(schedule.step).parameters
+
+
+def reusable_stager(options):
+    """A ``DefaultStager(options)`` that stages more than once, or None: where this torch has no
+    ``DefaultStager`` (``dcp.async_save`` then makes its own), or where its stager works only
+    once (torch 2.11: ``DefaultStager._stage`` ends by closing its ``StateDictStager``, which
+    empties the copier's dispatch table). The probe stages a one-element state twice."""
+    try:
+        from torch.distributed.checkpoint.staging import DefaultStager
+    except ImportError:
+        return None
+    stager = DefaultStager(options)
+    try:
+        for _ in range(2):
+            stager.stage({"probe": torch.zeros(1), "step": 0})
+    except Exception:  # a single-use stager: KeyError on torch 2.11
+        stager.close()
+        return None
+    return stager
+
+
+def quiet_dcp_storage_warning() -> None:
+    """In this process, leave out the "TypedStorage is deprecated" warning that torch 2.9's
+    ``dcp.save`` and ``dcp.async_save`` raise from inside their file writer (not the caller's
+    doing; later releases call ``untyped_storage()``). Other warnings stay."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="TypedStorage is deprecated", category=UserWarning)
+
+
+# --- private torch APIs, one function each ---------------------------------------------------
+
+
+def cuda_compiled() -> bool:
+    """Whether this torch was built with CUDA (or ROCm), without initialising CUDA:
+    ``torch.cuda._is_compiled()``. (``torch.cuda.is_available()`` would initialise the driver,
+    and a process that has done so cannot fork ranks that use CUDA.)"""
+    return torch.cuda._is_compiled()
+
+
+def gpu_count_from_driver() -> int:
+    """The GPUs this process may use (``CUDA_VISIBLE_DEVICES`` honoured), asked of the driver's
+    management library, not of CUDA: ``torch.cuda._device_count_nvml()`` (NVIDIA) or
+    ``torch.cuda._device_count_amdsmi()`` (ROCm builds). The same count ``torch.cuda`` takes when
+    ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` is set; -1 where the library cannot answer."""
+    return torch.cuda._device_count_amdsmi() if torch.version.hip else torch.cuda._device_count_nvml()
+
+
+def import_dynamo() -> None:
+    """Import ``torch._dynamo``, torch's compiler front end (a private package). Building a
+    ``DistributedDataParallel`` imports it, about a second of CPU; imported once before ranks
+    are forked, every rank inherits it instead of importing it on its own."""
+    import torch._dynamo  # noqa: F401
+
+
+def ddp_ignore(module: torch.nn.Module, names: list[str]) -> None:
+    """Make a ``DistributedDataParallel`` built from ``module`` leave the parameters and buffers
+    ``names`` (fully qualified: ``"table.weight"``) alone: no broadcast, no gradient all-reduce.
+    ``DistributedDataParallel._set_params_and_buffers_to_ignore_for_model``, private until the
+    API is settled (pytorch/pytorch#43690); call it before wrapping."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, names)
+
+
+def ddp_bucket_sizes(ddp_model) -> dict[str, list[int]]:
+    """The bytes of each gradient bucket of a ``DistributedDataParallel`` model, as its logger
+    records them: ``{"first": [...], "rebuilt": [...]}``, the buckets built with the model, then
+    those rebuilt at the second forward in the order the gradients came (empty before).
+    ``DistributedDataParallel._get_ddp_logging_data()``, a "prototype interface" whose
+    ``bucket_sizes`` and ``rebuilt_bucket_sizes`` are comma-separated text; nothing public
+    tells the bucket layout."""
+    logged = ddp_model._get_ddp_logging_data()
+
+    def sizes(key: str) -> list[int]:
+        return [int(part) for part in str(logged.get(key, "")).split(",") if part.strip()]
+
+    return {"first": sizes("bucket_sizes"), "rebuilt": sizes("rebuilt_bucket_sizes")}
+
+
+def computes_pipeline_order(cls) -> bool:
+    """Whether torch's schedule class ``cls`` computes its per-rank action lists in a method
+    that ``pipeline_order`` can call (``_calculate_single_rank_operations``: the zero-bubble
+    schedules, from torch 2.6)."""
+    return hasattr(cls, "_calculate_single_rank_operations")
+
+
+def pipeline_order(cls, p: int, m: int, v: int) -> dict:
+    """``{rank: [action or None]}``: the order torch's zero-bubble schedule class ``cls`` runs, for
+    ``p`` ranks, ``m`` micro-batches and ``v`` stages per rank, without processes or stages.
+
+    Sets, on an instance made without ``__init__``, the attributes the class's own
+    ``_calculate_single_rank_operations`` reads (``_n_microbatches`` among them), and for
+    ``ScheduleInterleavedZeroBubble`` adds its idle slots with ``_add_bubbles_to_actions``, as
+    its ``__init__`` does; all private (torch 2.9 to 2.13), there being no public way to get a
+    schedule's order without building its stages on ``p`` processes."""
+    schedule = cls.__new__(cls)  # no process group, no stages: only what the order needs
+    schedule.pp_group_size, schedule._n_microbatches, schedule.n_local_stages = p, m, v
+    schedule.num_stages = p * v
+    interleaved = cls.__name__ == "ScheduleInterleavedZeroBubble"
+    if interleaved:
+        schedule.number_of_rounds = max(1, m // p)
+        schedule.microbatches_per_round = m // schedule.number_of_rounds
+        if m % schedule.number_of_rounds:
+            raise ValueError(f"{cls.__name__} needs m a multiple of its rounds, got m={m}, p={p}")
+    schedule.pipeline_order = {rank: schedule._calculate_single_rank_operations(rank) for rank in range(p)}
+    if interleaved and hasattr(schedule, "_add_bubbles_to_actions"):
+        schedule.pipeline_order = schedule._add_bubbles_to_actions(p * v)
+    return schedule.pipeline_order
+
+
+def module_tree_copy(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """A copy of ``module`` and its submodules for ``device``, as ``torch.nn.parallel.replicate``
+    builds one: every module a new object sharing its code and settings, holding the copies of
+    its children, copies of its buffers on ``device``, and the original parameters until
+    ``set_parameter`` replaces them.
+
+    nn.Module's own dicts, ``_parameters``, ``_buffers`` and ``_modules``, are private (unchanged
+    in torch 2.9 to 2.13). ``named_children`` and ``named_buffers`` leave out ``None`` entries and
+    repeats, and ``copy.deepcopy`` would copy the parameters too."""
+    new = {}
+    for old in module.modules():
+        new[old] = old.__new__(type(old))
+        new[old].__dict__ = old.__dict__.copy()
+        new[old]._parameters = dict(old._parameters)
+    for old, rep in new.items():
+        rep._modules = {k: (None if c is None else new[c]) for k, c in old._modules.items()}
+        rep._buffers = {k: (None if b is None else b.to(device, copy=True)) for k, b in old._buffers.items()}
+    return new[module]
+
+
+def set_parameter(module: torch.nn.Module, name: str, tensor: torch.Tensor) -> None:
+    """Put ``tensor`` where ``module``'s parameter ``name`` (``"0.weight"``) was, also a tensor that
+    is no ``nn.Parameter`` (a copy linked to the original through autograd), which ``setattr``
+    refuses ("cannot assign ... as parameter"): the owner's private ``_parameters`` dict, as
+    ``torch.nn.parallel.replicate`` writes it (torch 2.9 to 2.13)."""
+    owner, _, leaf = name.rpartition(".")
+    module.get_submodule(owner)._parameters[leaf] = tensor

@@ -1,0 +1,11 @@
+"""The shared workload: the click-log data, the DLRM, its metrics and one training loop.
+
+* ``data``: synthetic click logs (and Criteo's files from a path you give), parquet, loaders;
+* ``models``: the DLRM (``DLRM``, ``DLRMConfig``) and a plain MLP;
+* ``metrics``: AUC, log loss, timers;
+* ``train``: ``fit``, the one training loop every chapter reuses.
+
+Imports only ``course_utils.runtime`` and ``course_utils.notebook`` (``tests/test_imports.py``).
+
+Taught in chapter 01 (the data, the model and the loop every later chapter distributes).
+"""

@@ -1,0 +1,98 @@
+"""The maintainers' dev loop: a chapter is the unit of work.
+
+    nox -l                          # the sessions
+    nox -s lint                     # ruff check and ruff format --check, at CI's pinned version
+    nox -s unit                     # tests that start no process and run no notebook (< 1 min)
+    nox -s chapter -- 04            # chapter 04's tests, its notebook and its worked solution (nbval)
+    nox -s regenerate -- 04         # re-execute chapter 04 and its solution, outputs stored
+    nox -s stress -- 04 [--runs N]  # chapter 04's notebook N times in a row (tools/stress.py)
+    nox -s ci                       # .ci/run, exactly as CI runs it (it builds its own venvs)
+
+Sessions reuse their venv (``reuse_venv``); ``nox -R`` skips the install step too. torch is
+installed first as ``$COURSE_TORCH`` (default ``torch==2.13.0``, the CPU build CI uses), so pip
+never replaces it with another build. CI itself starts from bare Python, without nox (.ci/run).
+
+Not taught in a chapter: the maintainers' loop (CONTRIBUTING.md, "The dev loop").
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["lint", "unit"]
+
+ROOT = Path(__file__).parent
+RUFF = "ruff==0.17.6"  # the version .ci/run pins; .pre-commit-config.yaml says the same
+
+
+def _install(session: nox.Session) -> None:
+    session.install(os.environ.get("COURSE_TORCH", "torch==2.13.0"))
+    session.install("-e", ".[notebook,test]")
+
+
+def _chapter(session: nox.Session) -> str:
+    """The chapter number the session was given (``-- 04``), as two digits."""
+    if len(session.posargs) < 1 or not session.posargs[0].isdigit():
+        session.error(f"name a chapter: nox -s {session.name} -- 04")
+    number = f"{int(session.posargs[0]):02d}"
+    if not list(ROOT.glob(f"chapters/{number}_*.ipynb")):
+        known = sorted(p.name[:2] for p in ROOT.glob("chapters/[0-9][0-9]_*.ipynb"))
+        session.error(f"no chapter {number}; the chapters are {', '.join(known)}")
+    return number
+
+
+def _notebooks(number: str) -> list[str]:
+    found = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(f"chapters/{number}_*.ipynb"))
+    solution = ROOT / "solutions" / f"chapter{number}.ipynb"
+    return found + ([str(solution.relative_to(ROOT))] if solution.exists() else [])
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff's linter (notebooks included) and formatter, as CI runs them."""
+    session.install(RUFF)
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def unit(session: nox.Session) -> None:
+    """The unit tier: no process launches, no notebooks (conftest.py's --unit)."""
+    _install(session)
+    session.run("pytest", "tests", "--unit", "-q", *session.posargs)
+
+
+@nox.session
+def chapter(session: nox.Session) -> None:
+    """One chapter: its unit and process tests, its notebook and its solution under nbval."""
+    number = _chapter(session)
+    _install(session)
+    session.run(
+        "pytest", "--nbval", "--chapter", str(int(number)), "tests", *_notebooks(number), *session.posargs[1:]
+    )
+
+
+@nox.session
+def regenerate(session: nox.Session) -> None:
+    """Re-execute a chapter and its worked solution in place (tools/regenerate.py)."""
+    number = _chapter(session)
+    _install(session)
+    session.run("python", "tools/regenerate.py", *_notebooks(number))
+
+
+@nox.session
+def stress(session: nox.Session) -> None:
+    """A chapter's notebook run again and again (tools/stress.py; default 10 runs)."""
+    number = _chapter(session)
+    _install(session)
+    session.run("python", "tools/stress.py", *session.posargs[1:], *_notebooks(number)[:1])
+
+
+@nox.session(venv_backend="none")
+def ci(session: nox.Session) -> None:
+    """.ci/run, as CI runs it on a clean clone (it makes its own venvs)."""
+    session.run("bash", ".ci/run", external=True)
