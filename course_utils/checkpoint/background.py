@@ -177,9 +177,8 @@ def average_sparse_gradient(parameter: torch.nn.Parameter) -> None:
     all-reduce starts in the other, and on torch 2.13 (CPU, 2 cores) that overlap now and then
     corrupted the heap. A rank died with SIGSEGV, or SIGABRT ("malloc(): unaligned tcache chunk
     detected"), in ``malloc`` called from ``AsyncSparseAllreduceWork``'s ``coalesce`` on a gloo
-    worker: in 2 of 20 launches of 2000 steps (``benchmarks/sparse_ddp_overlap.py``), in 3 of 77
-    repeats of chapter 08's two big runs, and once in the course's CI. Averaged here, after
-    backward, with nothing else running: 0 of 50 launches of 2000 steps.
+    worker: in 2 of 20 launches of 2000 steps (``benchmarks/sparse_ddp_overlap.py`` measures it
+    on your torch). Averaged here, after backward, with nothing else running: 0 of 50 launches.
     """
     grad = parameter.grad
     if grad is None or not grad.is_sparse:

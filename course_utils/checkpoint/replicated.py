@@ -110,8 +110,9 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def training_state(model, optimizer, sampler: ResumableSampler, step: int) -> dict:
-    """Everything a replicated (DDP) run needs to continue: weights, optimizer state,
-    data position, step count and the torch random state."""
+    """What a replicated (DDP) run needs to continue: weights, optimizer state, data position,
+    step count, and this rank's CPU random state (``torch.get_rng_state()``; rank 0 saves it and
+    every rank restores it, enough for a model that draws nothing random while it trains)."""
     return {
         "model": unwrap(model).state_dict(),
         "optimizer": optimizer.state_dict(),

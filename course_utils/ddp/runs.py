@@ -88,7 +88,7 @@ def compare_single_dp_ddp(
         # the same global batches as 2 DDP ranks: DataParallel's 2 replicas get exactly the ranks' rows
         runs = {
             "single process": [train_single(train, model_config, settings, 2, test)],
-            "DataParallel (2 threads)": [
+            "DataParallel by hand (2 threads)": [
                 train_single(
                     train, model_config, settings, 2, test, parallel=_data_parallel, desc="DataParallel"
                 )

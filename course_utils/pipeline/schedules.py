@@ -108,7 +108,7 @@ def _check_enough_microbatches(schedule: str, p: int, m: int) -> None:
     if m < p:
         raise ValueError(
             f"{schedule} needs at least as many micro-batches as devices (m >= p), got m={m}, p={p}: "
-            f"with fewer, no device reaches the one-forward-one-backward phase. "
+            f"this construction gives device d p-1-d warm-up forwards, more than m can feed. "
             f"Use m >= {p}, or gpipe({p}, {m})."
         )
 
@@ -155,7 +155,9 @@ def interleaved_1f1b(p: int, m: int, v: int) -> Schedule:
     Micro-batches go round in groups of p: the k-th forward on a device runs
     chunk (k // p) % v on micro-batch (k // pv) p + k % p; backwards run the
     chunks in reverse. Device d warms up with 2(p-1-d) + (v-1)p forwards. The
-    bubble shrinks v times, (p-1)/(vm) of the ideal time. Needs m a multiple of p.
+    bubble shrinks v times, (p-1)/(vm) of the ideal time. This construction (Megatron-LM's)
+    needs m a multiple of p; torch's ``ScheduleInterleaved1F1B`` relaxes that (it needs m a
+    multiple of its number of rounds, ``max(1, m // p)``).
     """
     check_whole("p", p)
     check_whole("m", m)
@@ -165,8 +167,9 @@ def interleaved_1f1b(p: int, m: int, v: int) -> Schedule:
     _check_enough_microbatches("interleaved_1f1b", p, m)
     if m % p:
         raise ValueError(
-            f"interleaved_1f1b needs m to be a multiple of p (micro-batches go round the "
-            f"devices in groups of p), got m={m}, p={p}: use m={m - m % p} or m={m - m % p + p}"
+            f"interleaved_1f1b needs m to be a multiple of p (this construction, Megatron-LM's, sends "
+            f"micro-batches round the devices in groups of p), got m={m}, p={p}: use m={m - m % p} or "
+            f"m={m - m % p + p} (torch's ScheduleInterleaved1F1B accepts more m)"
         )
     devices = []
     total = m * v

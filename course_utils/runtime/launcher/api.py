@@ -131,7 +131,7 @@ def _check_platform() -> None:
     if missing:
         raise LaunchError(
             f"launch needs POSIX signals, and {', '.join(missing)} do not exist on this platform "
-            f"({sys.platform}): run the course on Linux, macOS, or Windows through WSL "
+            f"({sys.platform}): run the course on Linux or Windows through WSL "
             "(the Windows Subsystem for Linux), or on Colab or Kaggle"
         )
 
