@@ -38,6 +38,7 @@ CHAPTER_OF_FILE = {
     "test_metrics.py": (1,),
     "test_train.py": (1,),
     "test_collectives.py": (2,),
+    "test_wire.py": (2, 4),
     "test_compat.py": (2, 7),
     "test_torchrun.py": (2, 8),
     "test_data_parallel.py": (3,),

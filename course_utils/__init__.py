@@ -66,6 +66,7 @@ _HOME = {
     "LaunchError": "runtime.launcher",
     "LaunchTimeoutError": "runtime.launcher",
     "RankFailedError": "runtime.launcher",
+    "Wire": "runtime.wire",
     "devices": "runtime.hardware",
     "gpu_count": "runtime.hardware",
     "gpu_names": "runtime.hardware",

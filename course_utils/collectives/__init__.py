@@ -4,12 +4,13 @@
 - ``ring``: ``plain_ring_all_reduce`` and the tuned ``ring_all_reduce`` from point-to-point
   messages, and their schedule;
 - ``runs``: every collective on a few ranks, before and after, as text and a figure;
-- ``bandwidth``: algorithm and bus bandwidth, timing all-reduces, the alpha-beta model.
+- ``bandwidth``: algorithm and bus bandwidth, timing all-reduces, the alpha-beta model;
+- ``wire_check``: each collective timed on a modeled wire, next to the model's prediction.
 
 Taught in chapter 02.
 """
 
-from course_utils.collectives import bandwidth, runs
+from course_utils.collectives import bandwidth, runs, wire_check
 from course_utils.collectives.groups import GroupInitError, init_group
 from course_utils.collectives.ring import (
     bytes_sent_per_rank,
@@ -22,6 +23,7 @@ from course_utils.runtime.ports import free_port
 __all__ = [
     "bandwidth",
     "runs",
+    "wire_check",
     "ring_all_reduce",
     "plain_ring_all_reduce",
     "ring_schedule",

@@ -29,7 +29,10 @@ other use), each wrapped in a function that says what it reaches and why no publ
 * ``computes_pipeline_order(cls)``, ``pipeline_order(cls, p, m, v)``: the action lists of
   torch's zero-bubble schedules, computed without processes;
 * ``module_tree_copy(module, device)``, ``set_parameter(module, name, tensor)``: a module's
-  replica for another device, as ``torch.nn.parallel.replicate`` builds it.
+  replica for another device, as ``torch.nn.parallel.replicate`` builds it;
+* ``WORK_BASE``, ``register_cpu_backend(group, backend)``, ``backend_all_gather_into_tensor``,
+  ``backend_reduce_scatter_tensor``: a process group written in Python (the wire), its ``Work``
+  handles, the gloo group its unmodelled calls go to, and that group's flat-tensor collectives.
 
 The private names used here exist, with the same meaning, in every supported torch (2.9.1 to 2.13).
 
@@ -58,6 +61,10 @@ __all__ = [
     "quiet_dcp_storage_warning",
     "reusable_stager",
     "set_parameter",
+    "WORK_BASE",
+    "register_cpu_backend",
+    "backend_all_gather_into_tensor",
+    "backend_reduce_scatter_tensor",
     "step_accepts_return_outputs",
 ]
 
@@ -268,3 +275,32 @@ def set_parameter(module: torch.nn.Module, name: str, tensor: torch.Tensor) -> N
     ``torch.nn.parallel.replicate`` writes it (torch 2.9 to 2.13)."""
     owner, _, leaf = name.rpartition(".")
     module.get_submodule(owner)._parameters[leaf] = tensor
+
+
+#: The class a Python process group's handles derive from (``torch._C._distributed_c10d.Work``,
+#: exported as ``dist._Work`` in every supported torch); torch's own tests of Python process
+#: groups (test_c10d_pypg.py) derive from it the same way.
+WORK_BASE = dist._Work
+
+
+def register_cpu_backend(group: dist.ProcessGroup, backend) -> None:
+    """Give a Python ``ProcessGroup`` subclass ``backend`` (a gloo group) for CPU tensors.
+
+    torch's C++ helpers that DDP calls at construction (``_verify_params_across_processes``)
+    ask the group for its CPU backend, which a Python group has none of ("No backend type
+    associated with device type cpu"); ``_register_backend`` is how ``init_process_group``
+    itself attaches one. Operations the subclass overrides still go through the subclass.
+    """
+    group._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, backend)
+
+
+def backend_all_gather_into_tensor(group, output: torch.Tensor, input: torch.Tensor, opts):
+    """``group._allgather_base``: what ``dist.all_gather_into_tensor`` calls on a process group
+    (every supported torch); the wire passes the call on to its gloo group through here."""
+    return group._allgather_base(output, input, opts)
+
+
+def backend_reduce_scatter_tensor(group, output: torch.Tensor, input: torch.Tensor, opts):
+    """``group._reduce_scatter_base``: what ``dist.reduce_scatter_tensor`` calls on a process
+    group (every supported torch); the wire passes the call on to its gloo group through here."""
+    return group._reduce_scatter_base(output, input, opts)

@@ -155,6 +155,7 @@ def launch(
     init_group: bool = True,
     threads_per_rank: int = 1,
     show_output: bool = True,
+    wire=None,
 ) -> list:
     """Run ``fn(*args)`` on ``world_size`` ranks; return their results in rank order.
 
@@ -164,6 +165,10 @@ def launch(
     device selected. ``backend="auto"`` is NCCL when every rank gets a GPU,
     else gloo. After the run, what each rank printed is shown grouped by rank.
 
+    ``wire`` (a ``course_utils.Wire``): the ranks' group runs on that modeled network, gloo
+    moving the bytes and each operation finishing no earlier than the wire says
+    (``course_utils.runtime.wire``); CPU ranks only.
+
     Raises ``RankFailedError`` if a rank raises or dies, ``LaunchTimeoutError``
     if some rank has not returned after ``timeout`` seconds, and
     ``KeyboardInterrupt`` if interrupted; in every case all ranks are stopped.
@@ -172,6 +177,7 @@ def launch(
     if timeout <= 0:
         raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
     backend = pick_backend(world_size, backend)
+    wire_json = _wire_json(wire, backend)
     method = _start_method(start_method)
     if method == "fork":
         _preload_for_fork()
@@ -179,7 +185,9 @@ def launch(
     else:
         payload = _spawn_payload(fn, args, backend)
     run_dir = Path(tempfile.mkdtemp(prefix="course_launch_"))
-    spec = RankSpec(str(run_dir), backend, init_group, threads_per_rank, group_timeout_s=timeout + 60)
+    spec = RankSpec(
+        str(run_dir), backend, init_group, threads_per_rank, group_timeout_s=timeout + 60, wire_json=wire_json
+    )
     config = _launch_config(world_size, method, run_dir, timeout)
     saved_env, saved_signals = dict(os.environ), current_signal_handlers()
     # Ranks host their own store (rank 0) instead of connecting back to the agent's
@@ -228,6 +236,22 @@ def launch(
         if show_output:
             show_rank_output(run_dir / "logs", world_size)
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _wire_json(wire, backend: str) -> str | None:
+    """The wire as the ranks receive it, or None; refuses a wire the ranks cannot use."""
+    if wire is None:
+        return None
+    from course_utils.runtime.wire import Wire
+
+    if not isinstance(wire, Wire):
+        raise TypeError(f"wire must be a course_utils.Wire (or None), got {type(wire).__name__}")
+    if backend != "gloo":
+        raise LaunchError(
+            f"a wire models the network under gloo's CPU tensors, and this launch uses {backend}: "
+            "on GPUs NCCL's real network is what you measure; pass backend='gloo' to use the wire"
+        )
+    return wire.to_json()
 
 
 def _launch_config(world_size: int, start_method: str, run_dir: Path, timeout: float) -> LaunchConfig:

@@ -37,6 +37,7 @@ class RankSpec:
     init_group: bool
     threads: int
     group_timeout_s: float
+    wire_json: str | None = None  # a course_utils.Wire as JSON: the group runs on that network
 
 
 def marker(run_dir: str | Path, rank: int, kind: str) -> Path:
@@ -119,10 +120,13 @@ def run_rank(payload, spec: RankSpec) -> bytes:
     torch.set_num_threads(spec.threads)  # NCCL ranks too: the CPU side of their work shares the cores
     try:
         fn, args = pickle.loads(payload) if isinstance(payload, bytes) else payload
+        backend = group_backend(spec.backend)
+        if spec.wire_json is not None:
+            from course_utils.runtime.wire import Wire, install
+
+            backend = install(Wire.from_json(spec.wire_json))
         if spec.init_group:
-            dist.init_process_group(
-                group_backend(spec.backend), timeout=timedelta(seconds=spec.group_timeout_s)
-            )
+            dist.init_process_group(backend, timeout=timedelta(seconds=spec.group_timeout_s))
         result = fn(*args)
         sent = result_bytes(result)
     except BaseException as exc:
