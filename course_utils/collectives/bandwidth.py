@@ -49,19 +49,19 @@ def bus_bandwidth(nbytes: float, seconds: float, world_size: int) -> float:
 
 
 def time_all_reduce(
-    all_reduce, nbytes: int, repeats: int = 5, group=None, warm_up: bool = True
+    all_reduce, nbytes: int, repeats: int = 5, group=None, warm_up: bool = True, max_calls: int = 50
 ) -> list[float]:
     """Seconds per call of ``all_reduce(tensor)`` on a float32 tensor of ``nbytes``; run on every rank.
 
     Each repeat starts the ranks together (a barrier), runs enough calls to last
-    a few milliseconds (more for small messages), and keeps the slowest rank's
+    a few milliseconds (more for small messages, at most ``max_calls``), and keeps the slowest rank's
     time per call, so every rank returns the same list of ``repeats`` figures.
     The tensor is on the rank's device (its GPU under NCCL); ``warm_up`` first
     runs one untimed call (connections, first use of the memory).
     """
     device = rank_device()
     t = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)  # zeros stay zeros when summed
-    calls = max(1, min(50, (4 << 20) // max(nbytes, 1)))
+    calls = max(1, min(max_calls, (4 << 20) // max(nbytes, 1)))
     if warm_up:
         all_reduce(t, group=group)
     seconds = []
@@ -76,7 +76,9 @@ def time_all_reduce(
     return seconds
 
 
-def sweep(implementations: dict, sizes: list[int], repeats: int = 5, group=None) -> list[dict]:
+def sweep(
+    implementations: dict, sizes: list[int], repeats: int = 5, group=None, max_calls: int = 50
+) -> list[dict]:
     """Time each all-reduce implementation at each size; run on every rank.
 
     implementations: ``{name: fn(tensor, group=None)}``, e.g. ``dist.all_reduce``
@@ -91,7 +93,9 @@ def sweep(implementations: dict, sizes: list[int], repeats: int = 5, group=None)
         times = {name: [] for name in implementations}
         for i in range(repeats):
             for name, fn in implementations.items():
-                times[name] += time_all_reduce(fn, nbytes, repeats=1, group=group, warm_up=i == 0)
+                times[name] += time_all_reduce(
+                    fn, nbytes, repeats=1, group=group, warm_up=i == 0, max_calls=max_calls
+                )
         for name, ts in times.items():
             t = statistics.median(ts)
             rows.append(

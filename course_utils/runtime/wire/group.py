@@ -8,15 +8,16 @@ a wire (same bytes, same results, bit for bit), and the ``Work`` it returns comp
 
 where ``start`` is when the last rank arrived, or when this rank's link finished the operation
 before (one link per rank: operations queue, as they do on one NCCL stream). Ranks on one
-machine share one monotonic clock, so arrival times compare across processes; they travel on a
-second gloo group (``stamps``) and never touch the data.
+machine share one monotonic clock and its memory, so arrival times compare across processes;
+they go through a small table in shared memory (``stamps``) and never touch the data.
 
-* collectives: every rank sends ``[arrival, model seconds]`` in an all-reduce (MAX); all ranks
-  then agree on ``start`` and ``end``. The model's seconds are the larger over ranks (an
-  all-to-all's ranks send different amounts).
-* send/recv: the sender's link starts the message at ``max(post, link free)`` and tells the
-  receiver that time; the message arrives ``alpha + n/beta`` later. Each direction to each peer
-  is its own queue (so a stage's sends never wait behind its receives).
+* collectives: every rank writes ``[arrival, model seconds]`` before it hands the operation to
+  gloo, and reads every rank's once gloo has completed it; all ranks then agree on ``start``
+  and ``end``. The model's seconds are the larger over ranks (an all-to-all's ranks send
+  different amounts).
+* send/recv: the sender's link starts the message at ``max(post, link free)`` and writes that
+  time for the receiver; the message arrives ``alpha + n/beta`` later. Each direction to each
+  peer is its own queue (so a stage's sends never wait behind its receives).
 
 One "lane" thread per queue finishes the operations in order; it sleeps, so waiting costs no CPU.
 DDP's reducer, ``async_op=True`` handles, the course's ring and pipeline executor all go
@@ -39,6 +40,7 @@ import torch.distributed as dist
 
 from course_utils.runtime import compat
 from course_utils.runtime.wire.model import Wire, collective_seconds
+from course_utils.runtime.wire.stamps import Stamps
 
 __all__ = ["WireGroup", "WireWork"]
 
@@ -108,7 +110,9 @@ class WireGroup(dist.ProcessGroup):
         self.wire = wire
         self.global_ranks = list(global_ranks)
         self.inner = dist.ProcessGroupGloo(dist.PrefixStore("data", store), rank, size, timeout)
-        self.stamps = dist.ProcessGroupGloo(dist.PrefixStore("stamps", store), rank, size, timeout)
+        self.stamps = Stamps(store, rank, size, timeout)
+        self.counts: dict[object, int] = {}  # operations posted: collectives, and per message pair
+        self.send_free_at: dict[int, float] = {}  # when this rank's link to each peer is free
         # What this class does not override (C++ helpers DDP calls) goes straight to gloo, untimed.
         compat.register_cpu_backend(self, self.inner)
         self.lanes: dict[object, _Lane] = {}
@@ -116,6 +120,13 @@ class WireGroup(dist.ProcessGroup):
 
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)
         return "wire"
+
+    def _count(self, key) -> int:
+        """This operation's number among those of ``key`` (same on every rank: posted in order)."""
+        with self.lanes_lock:
+            count = self.counts.get(key, 0)
+            self.counts[key] = count + 1
+            return count
 
     def _lane(self, key) -> _Lane:
         with self.lanes_lock:
@@ -128,24 +139,20 @@ class WireGroup(dist.ProcessGroup):
         self, op: str, nbytes: float, result: list[torch.Tensor], issue: Callable, part_bytes: float = 0.0
     ) -> WireWork:
         """Issue ``issue()`` (the gloo call) and finish it on the model's time for ``op``."""
-        arrival = time.monotonic()
         alpha, beta = self.wire.link(self.global_ranks)
         model = collective_seconds(op, nbytes, self.size(), alpha, beta, part_bytes)
-        stamp = torch.tensor([arrival, model], dtype=torch.float64)
-        stamp_opts = dist.AllreduceOptions()
-        stamp_opts.reduceOp = dist.ReduceOp.MAX
-        stamp_work = self.stamps.allreduce([stamp], stamp_opts)
+        count = self._count("collectives")
+        self.stamps.arrive(count, self.rank(), time.monotonic(), model)
         data_work = issue()
         work = WireWork(result)
         lane = self._lane("collectives")
 
         def finish():
             try:
-                stamp_work.wait()
-                last_arrival, seconds = stamp.tolist()
+                data_work.wait()  # every rank has arrived, and written its stamp
+                last_arrival, seconds = self.stamps.last_arrival(count)
                 start = max(last_arrival, lane.free_at)
                 lane.free_at = start + seconds
-                data_work.wait()
                 _sleep_until(lane.free_at)
             except BaseException as exc:  # the gloo error, raised again by wait()
                 work.future_.set_exception(exc)
@@ -252,19 +259,21 @@ class WireGroup(dist.ProcessGroup):
 
     # -- point to point ------------------------------------------------------------------------
     def send(self, tensors, dst: int, tag: int = 0):
-        post = time.monotonic()
+        me = self.rank()
         seconds = self._message_seconds(tensors, dst)
+        count = self._count(("message", me, dst))
+        with self.lanes_lock:  # the link's queue depends on this rank's own sends only
+            start = max(time.monotonic(), self.send_free_at.get(dst, 0.0))
+            self.send_free_at[dst] = end = start + seconds
+        self.stamps.start_message(me, dst, count, start)
         data_work = self.inner.send(tensors, dst, tag)
         work = WireWork(tensors)
         lane = self._lane(("send", dst))
 
         def finish():
             try:
-                start = max(post, lane.free_at)
-                lane.free_at = start + seconds
-                self.stamps.send([torch.tensor([start], dtype=torch.float64)], dst, tag).wait()
                 data_work.wait()
-                _sleep_until(lane.free_at)
+                _sleep_until(end)
             except BaseException as exc:
                 work.future_.set_exception(exc)
                 return
@@ -276,16 +285,16 @@ class WireGroup(dist.ProcessGroup):
     def recv(self, tensors, src: int, tag: int = 0):
         post = time.monotonic()
         seconds = self._message_seconds(tensors, src)
+        count = self._count(("message", src, self.rank()))
         data_work = self.inner.recv(tensors, src, tag)
         work = WireWork(tensors)
         lane = self._lane(("recv", src))
 
         def finish():
             try:
-                sent_at = torch.zeros(1, dtype=torch.float64)
-                self.stamps.recv([sent_at], src, tag).wait()
-                data_work.wait()
-                _sleep_until(max(post, sent_at.item() + seconds))
+                data_work.wait()  # the sender has posted it, and written when its link started it
+                started = self.stamps.message_started(src, self.rank(), count)
+                _sleep_until(max(post, started + seconds))
             except BaseException as exc:
                 work.future_.set_exception(exc)
                 return
@@ -306,9 +315,8 @@ class WireGroup(dist.ProcessGroup):
             for lane in self.lanes.values():
                 lane.stop()
             self.lanes.clear()
-        for group in (self.inner, self.stamps):
-            if hasattr(group, "shutdown"):
-                group.shutdown()
+        if hasattr(self.inner, "shutdown"):
+            self.inner.shutdown()
 
     def abort(self) -> None:
         self.shutdown()

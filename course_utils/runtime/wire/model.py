@@ -124,10 +124,7 @@ class Wire:
 
     def describe(self) -> str:
         """The numbers in force here (they depend on the calibration: a measured line)."""
-        return (
-            f"alpha {self.alpha * 1e3:.3g} ms, beta {self.beta / 1e6:.3g} MB/s"
-            f" (x{self.time_scale:.3g} of {self.latency_s * 1e6:.3g} us, {self.bandwidth_Bps / 1e9:.3g} GB/s)"
-        )
+        return f"alpha {self.alpha * 1e3:.3g} ms, beta {self.beta / 1e6:.3g} MB/s"
 
     # -- carried to the ranks in an environment variable -------------------------------------
     def to_json(self) -> str:
