@@ -39,6 +39,7 @@ CHAPTER_OF_FILE = {
     "test_train.py": (1,),
     "test_collectives.py": (2,),
     "test_wire.py": (2, 4),
+    "test_gpu_report.py": (4,),
     "test_compat.py": (2, 7),
     "test_torchrun.py": (2, 8),
     "test_data_parallel.py": (3,),
@@ -94,6 +95,7 @@ LAUNCH_FILES = {
     "test_wheel.py",
     "test_stress_tool.py",
     "test_gil.py",  # threads_vs_processes launches its ranks inside the package
+    "test_gpu_report.py",  # build_report launches its ranks inside the package
 }
 # Calls in a test's own code that start processes.
 LAUNCHERS = re.compile(

@@ -154,6 +154,15 @@ def every_operation() -> dict:
     for work in dist.batch_isend_irecv(ops):
         work.wait()
     out["batch_isend_irecv"] = got.clone()
+    if me in (0, 1):  # two tags, received in the other order than sent: paired by tag, as gloo pairs them
+        a, b = torch.zeros(5), torch.zeros(7)
+        if me == 0:
+            works = [dist.isend(x[:5], 1, tag=1), dist.isend(x[:7] * 5, 1, tag=2)]
+        else:
+            works = [dist.irecv(b, 0, tag=2), dist.irecv(a, 0, tag=1)]
+        for work in works:
+            work.wait()
+        out["tags"] = torch.cat([a, b])
     objects = [None] * w
     dist.all_gather_object(objects, {"rank": me, "sum": float(x.sum())})
     out["all_gather_object"] = torch.tensor([o["sum"] for o in objects])

@@ -35,6 +35,8 @@ from torch import nn
 
 from course_utils.ddp.train import wrap
 from course_utils.runtime import compat
+from course_utils.runtime.hardware import rank_device
+from course_utils.runtime.timing import synchronize
 from course_utils.runtime.wire import Wire, collective_seconds
 
 __all__ = ["tower", "step_seconds", "modeled_communication", "hidden_fraction", "predicted_step"]
@@ -72,8 +74,9 @@ def step_seconds(
 
     ``variants``: ``{label: (kind, wrap options)}``, kind ``"naive"``, ``"bucketed"`` or
     ``"torch"`` (``ddp.train.wrap``), or ``"none"``: the bare model, no communication at all.
-    Each rank trains on its own random ``[rows, width]`` batch. The first two steps of each run
-    are not timed (buckets are rebuilt after the first).
+    Each rank trains on its own random ``[rows, width]`` batch, on its device (its GPU under
+    NCCL, synchronized before each clock reading). The first two steps of each run are not
+    timed (buckets are rebuilt after the first).
     Returns ``{"seconds": {label: median step seconds, the slowest rank's},
     "bucket_bytes": {label: [bytes per all-reduce of a step]},
     "parameters": {label: [this rank's final parameters]}}``, and with a ``"none"`` variant
@@ -81,25 +84,32 @@ def step_seconds(
     """
     times = {label: [] for label in variants}
     buckets, parameters, backward = {}, {}, []
+    device = rank_device()
     g = torch.Generator().manual_seed(dist.get_rank())
-    x, y = torch.randn(rows, width, generator=g), torch.randn(rows, 1, generator=g)
+    x, y = torch.randn(rows, width, generator=g).to(device), torch.randn(rows, 1, generator=g).to(device)
     for _ in range(rounds):
         for label, (kind, options) in variants.items():
-            model = tower(width, depth) if kind == "none" else wrap(tower(width, depth), kind, **options)
+            model = tower(width, depth).to(device)
+            model = model if kind == "none" else wrap(model, kind, **options)
             opt = torch.optim.SGD(model.parameters(), lr=1e-3)
             for step in range(steps + 2):
+                synchronize(device)
                 dist.barrier()
                 start = time.monotonic()
                 opt.zero_grad(set_to_none=True)
                 loss = nn.functional.mse_loss(model(x), y)
-                backward_start = time.monotonic()
+                if kind == "none":
+                    synchronize(device)
+                    backward_start = time.monotonic()
                 loss.backward()
                 if kind == "none" and step >= 2:
+                    synchronize(device)
                     backward.append(time.monotonic() - backward_start)
                 if kind in ("naive", "bucketed"):
                     model.finish_gradient_sync()
                 opt.step()
-                took = torch.tensor([time.monotonic() - start], dtype=torch.float64)
+                synchronize(device)
+                took = torch.tensor([time.monotonic() - start], dtype=torch.float64, device=device)
                 dist.all_reduce(took, op=dist.ReduceOp.MAX)
                 if step >= 2:
                     times[label].append(took.item())

@@ -122,11 +122,17 @@ def collect(results: list[dict], warmup: int, schedule: Schedule | None = None) 
 
 
 def run_schedules(
-    schedules: list, config: MLPConfig = MLPConfig(), steps: int = 3, warmup: int = 1, timeout: float = 120.0
+    schedules: list,
+    config: MLPConfig = MLPConfig(),
+    steps: int = 3,
+    warmup: int = 1,
+    timeout: float = 120.0,
+    wire=None,
 ) -> list[PipelineRun]:
     """Run several schedules for the same ``p`` on the same processes, a step of each in
     turn (a fair comparison on a shared machine): ``warmup`` untimed steps, then ``steps``
-    measured ones each (the same batch, no optimizer step, so every step computes the same)."""
+    measured ones each (the same batch, no optimizer step, so every step computes the same).
+    ``wire``: the messages travel on that modeled network (``launch(..., wire=...)``)."""
     if len({s.p for s in schedules}) != 1:
         raise ValueError(f"schedules run together need the same p, got {[s.p for s in schedules]}")
     for s in schedules:
@@ -139,6 +145,7 @@ def run_schedules(
         world_size=schedules[0].p,
         timeout=timeout,
         show_output=False,
+        wire=wire,
     )
     return [collect([r[i] for r in results], warmup, s) for i, s in enumerate(schedules)]
 
@@ -149,6 +156,7 @@ def run_schedule(
     steps: int = 3,
     warmup: int = 1,
     timeout: float = 120.0,
+    wire=None,
 ) -> PipelineRun:
     """Run ``schedule`` on ``schedule.p`` processes (see ``run_schedules``)."""
-    return run_schedules([schedule], config, steps, warmup, timeout)[0]
+    return run_schedules([schedule], config, steps, warmup, timeout, wire)[0]

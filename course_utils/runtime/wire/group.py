@@ -261,11 +261,11 @@ class WireGroup(dist.ProcessGroup):
     def send(self, tensors, dst: int, tag: int = 0):
         me = self.rank()
         seconds = self._message_seconds(tensors, dst)
-        count = self._count(("message", me, dst))
+        count = self._count(("message", me, dst, tag))
         with self.lanes_lock:  # the link's queue depends on this rank's own sends only
             start = max(time.monotonic(), self.send_free_at.get(dst, 0.0))
             self.send_free_at[dst] = end = start + seconds
-        self.stamps.start_message(me, dst, count, start)
+        self.stamps.start_message(me, dst, tag, count, start)
         data_work = self.inner.send(tensors, dst, tag)
         work = WireWork(tensors)
         lane = self._lane(("send", dst))
@@ -285,7 +285,7 @@ class WireGroup(dist.ProcessGroup):
     def recv(self, tensors, src: int, tag: int = 0):
         post = time.monotonic()
         seconds = self._message_seconds(tensors, src)
-        count = self._count(("message", src, self.rank()))
+        count = self._count(("message", src, self.rank(), tag))
         data_work = self.inner.recv(tensors, src, tag)
         work = WireWork(tensors)
         lane = self._lane(("recv", src))
@@ -293,7 +293,7 @@ class WireGroup(dist.ProcessGroup):
         def finish():
             try:
                 data_work.wait()  # the sender has posted it, and written when its link started it
-                started = self.stamps.message_started(src, self.rank(), count)
+                started = self.stamps.message_started(src, self.rank(), tag, count)
                 _sleep_until(max(post, started + seconds))
             except BaseException as exc:
                 work.future_.set_exception(exc)

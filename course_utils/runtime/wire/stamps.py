@@ -7,9 +7,10 @@ message and no CPU beyond a few stores: the ranks of a launch share one machine,
 and its monotonic clock (the wire is a single-machine teaching tool).
 
 Layout, float64: collectives ``[SLOTS, size, 2]`` (arrival, model seconds), indexed by the
-group's collective count modulo ``SLOTS``; messages ``[size, size, SLOTS]`` (the time the
-sender's link started it), indexed by (sender, receiver, that pair's message count modulo
-``SLOTS``). Messages between two ranks are paired in the order they are posted.
+group's collective count modulo ``SLOTS``; messages ``[size, size, TAGS, COUNTS]`` (the time the
+sender's link started it), indexed by (sender, receiver, tag modulo ``TAGS``, the number of
+messages with that tag between the two, modulo ``COUNTS``). Messages of one tag between two
+ranks are paired in the order they are posted, as gloo pairs them.
 
 Taught in chapter 02 (how the wire knows when the last rank arrived).
 """
@@ -23,9 +24,10 @@ from datetime import timedelta
 
 import torch
 
-__all__ = ["Stamps", "SLOTS"]
+__all__ = ["Stamps", "SLOTS", "TAGS", "COUNTS"]
 
 SLOTS = 4096
+TAGS, COUNTS = 1024, 8
 
 
 def _shared_dir() -> str | None:
@@ -36,7 +38,7 @@ class Stamps:
     """The group's shared table of arrival times; rank 0 creates the file, the others map it."""
 
     def __init__(self, store, rank: int, size: int, timeout: timedelta):
-        floats = SLOTS * size * 2 + size * size * SLOTS
+        floats = SLOTS * size * 2 + size * size * TAGS * COUNTS
         nbytes = floats * 8
         self.path = None
         if rank == 0:
@@ -59,7 +61,7 @@ class Stamps:
             self.path = None
         table = torch.frombuffer(self.map, dtype=torch.float64)
         self.collectives = table[: SLOTS * size * 2].view(SLOTS, size, 2)
-        self.messages = table[SLOTS * size * 2 :].view(size, size, SLOTS)
+        self.messages = table[SLOTS * size * 2 :].view(size, size, TAGS, COUNTS)
 
     def arrive(self, count: int, rank: int, arrival: float, seconds: float) -> None:
         """Rank ``rank`` arrived at collective number ``count`` at ``arrival``, its part ``seconds``."""
@@ -71,8 +73,9 @@ class Stamps:
         row = self.collectives[count % SLOTS]
         return row[:, 0].max().item(), row[:, 1].max().item()
 
-    def message_started(self, src: int, dst: int, count: int) -> float:
-        return self.messages[src, dst, count % SLOTS].item()
+    def message_started(self, src: int, dst: int, tag: int, count: int) -> float:
+        """When the sender's link started message number ``count`` of ``tag`` from ``src`` to ``dst``."""
+        return self.messages[src, dst, tag % TAGS, count % COUNTS].item()
 
-    def start_message(self, src: int, dst: int, count: int, start: float) -> None:
-        self.messages[src, dst, count % SLOTS] = start
+    def start_message(self, src: int, dst: int, tag: int, count: int, start: float) -> None:
+        self.messages[src, dst, tag % TAGS, count % COUNTS] = start
