@@ -285,3 +285,47 @@ def test_the_overlap_arithmetic():
     # two buckets of 0.51 s: the first hides behind the second half of backward (1 s), the second
     # starts when backward ends and is all exposed
     assert predicted_step(3.0, 2.0, [500_000, 500_000], wire, 2) == pytest.approx(3.0 + 0.52)
+
+
+# -- torchrun: the wire from COURSE_WIRE -------------------------------------------------------------
+TORCHRUN_SCRIPT = """
+import time, torch, torch.distributed as dist
+from course_utils.runtime.wire import backend_from_env
+dist.init_process_group(backend_from_env("gloo"))
+t = torch.ones(1)
+dist.barrier()
+start = time.monotonic()
+dist.all_reduce(t)
+if dist.get_rank() == 0:
+    print(dist.get_backend(), t.item(), time.monotonic() - start)
+dist.destroy_process_group()
+"""
+
+
+def test_a_torchrun_script_runs_on_the_wire_named_in_course_wire(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "script.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(script),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    plain = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    wire = Wire(latency_s=0.1, bandwidth_Bps=1e9)
+    wired = subprocess.run(
+        command, env={**env, "COURSE_WIRE": wire.to_json()}, capture_output=True, text=True, timeout=120
+    )
+    backend, total, _ = plain.stdout.split()
+    assert (backend, total) == ("gloo", "2.0"), plain.stderr[-2000:]
+    backend, total, seconds = wired.stdout.split()
+    assert (backend, total) == ("wire", "2.0"), wired.stderr[-2000:]
+    assert float(seconds) >= 2 * 0.1 * 0.999  # all-reduce on 2 ranks: 2 (w - 1) alpha at least

@@ -16,10 +16,12 @@ instead of all-reducing them.)
 * ``modeled_communication``: the model's seconds for those buckets' all-reduces;
 * ``predicted_step``: the model's step time at any world size, for the same buckets (a
   prediction: on two cores more ranks would measure core contention, not the network);
-* ``hidden_fraction``: ``1 - (step on the wire - step without communication) / modeled
-  communication``: 1 when all of it hides behind backward, 0 when none does. The baseline is
-  the same step with no all-reduce at all (``"none"``), not gloo's: on shared cores gloo's own
-  all-reduce would otherwise count as hidden.
+* ``hidden_fraction``: ``1 - (step on the wire - the same step on plain gloo) / modeled
+  communication``: 1 when all of it hides behind backward, 0 when none does. Both steps run in
+  the same processes, taking turns (``also_on_gloo=True``), so they pay the same DDP
+  bookkeeping (hooks, copies into buckets) and meet the same machine; what differs is the
+  network. (gloo's own all-reduce, a few ms on two cores, counts as hidden: keep the wire's
+  communication well above it.)
 
 Taught in chapter 04 (section 5, overlap under a wire, and the bucket-size sweep).
 """
@@ -52,6 +54,15 @@ def tower(width: int = 512, depth: int = 8, seed: int = 0) -> nn.Sequential:
     return nn.Sequential(*layers, nn.Linear(width, 1))
 
 
+def _wrapped(model: nn.Module, kind: str, options: dict, group) -> nn.Module:
+    if kind == "none":
+        return model
+    if group is None:
+        return wrap(model, kind, **options)
+    key = "process_group" if kind == "torch" else "group"
+    return wrap(model, kind, **options, **{key: group})
+
+
 def _bucket_bytes(model: nn.Module, kind: str) -> list[int]:
     if kind == "none":
         return []
@@ -69,6 +80,7 @@ def step_seconds(
     rows: int = 256,
     steps: int = 6,
     rounds: int = 2,
+    also_on_gloo: bool = False,
 ) -> dict:
     """On every rank (call through ``launch``): time SGD steps of ``tower`` under each variant.
 
@@ -80,17 +92,20 @@ def step_seconds(
     Returns ``{"seconds": {label: median step seconds, the slowest rank's},
     "bucket_bytes": {label: [bytes per all-reduce of a step]},
     "parameters": {label: [this rank's final parameters]}}``, and with a ``"none"`` variant
-    ``"backward"``: its median backward seconds (this rank's).
+    ``"backward"``: its median backward seconds (this rank's). ``also_on_gloo``: every variant
+    also runs, in turn, on a plain gloo group of the same ranks, its medians in ``"on_gloo"``.
     """
-    times = {label: [] for label in variants}
+    networks = {"default": None}
+    if also_on_gloo:
+        networks["gloo"] = dist.new_group(backend="gloo")
+    times = {(net, label): [] for label in variants for net in networks}  # each variant on both, in turn
     buckets, parameters, backward = {}, {}, []
     device = rank_device()
     g = torch.Generator().manual_seed(dist.get_rank())
     x, y = torch.randn(rows, width, generator=g).to(device), torch.randn(rows, 1, generator=g).to(device)
     for _ in range(rounds):
-        for label, (kind, options) in variants.items():
-            model = tower(width, depth).to(device)
-            model = model if kind == "none" else wrap(model, kind, **options)
+        for (net, label), (kind, options) in ((key, variants[key[1]]) for key in times):
+            model = _wrapped(tower(width, depth).to(device), kind, options, networks[net])
             opt = torch.optim.SGD(model.parameters(), lr=1e-3)
             for step in range(steps + 2):
                 synchronize(device)
@@ -102,7 +117,7 @@ def step_seconds(
                     synchronize(device)
                     backward_start = time.monotonic()
                 loss.backward()
-                if kind == "none" and step >= 2:
+                if kind == "none" and step >= 2 and net == "default":
                     synchronize(device)
                     backward.append(time.monotonic() - backward_start)
                 if kind in ("naive", "bucketed"):
@@ -112,11 +127,15 @@ def step_seconds(
                 took = torch.tensor([time.monotonic() - start], dtype=torch.float64, device=device)
                 dist.all_reduce(took, op=dist.ReduceOp.MAX)
                 if step >= 2:
-                    times[label].append(took.item())
-            buckets[label] = _bucket_bytes(model, kind)
-            parameters[label] = [p.detach().clone() for p in model.parameters()]
-    seconds = {label: statistics.median(ts) for label, ts in times.items()}
+                    times[net, label].append(took.item())
+            if net == "default":
+                buckets[label] = _bucket_bytes(model, kind)
+                parameters[label] = [p.detach().clone() for p in model.parameters()]
+    medians = {key: statistics.median(ts) for key, ts in times.items()}
+    seconds = {label: medians["default", label] for label in variants}
     result = {"seconds": seconds, "bucket_bytes": buckets, "parameters": parameters}
+    if also_on_gloo:
+        result["on_gloo"] = {label: medians["gloo", label] for label in variants}
     if backward:
         result["backward"] = statistics.median(backward)
     return result
@@ -130,7 +149,7 @@ def modeled_communication(wire: Wire, bucket_bytes: list[int], world_size: int) 
 
 def hidden_fraction(step_on_wire: float, step_without: float, communication: float) -> float:
     """``1 - (step_on_wire - step_without) / communication``: the share of the modeled
-    communication that did not lengthen the step (``step_without``: no communication at all)."""
+    communication that did not lengthen the step (``step_without``: the same step on gloo)."""
     if communication <= 0:
         raise ValueError(f"communication must be positive seconds, got {communication!r}")
     return 1 - (step_on_wire - step_without) / communication
