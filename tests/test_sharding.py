@@ -190,3 +190,13 @@ def test_quiz_07_answers_are_what_the_code_computes():
     plain = sharding.MemoryBudget(1, optimizer="adam").training_bytes(100_000 * 16)
     fused = 4 * (100_000 * 16 + 100_000)  # weights + one row-wise Adagrad float per row, no gradient
     assert answers[7] == f"{plain:,} and {fused:,}"
+
+
+def test_the_busiest_rank_sets_the_pace_not_the_total():
+    from course_utils.sharding import busiest_rank_bytes
+
+    # rank 0 sends 10 ids-bytes to rank 1 and 90 embedding-bytes; rank 1 sends 30 and 10
+    traffic = [{"ids": [0, 10], "embeddings": [0, 90]}, {"ids": [30, 0], "embeddings": [10, 0]}]
+    assert busiest_rank_bytes(traffic) == 30 + 90  # per phase the larger of any rank's sent or received
+    balanced = [{"ids": [0, 20]}, {"ids": [20, 0]}]
+    assert busiest_rank_bytes(balanced) == 20  # = total / W when balanced

@@ -34,7 +34,7 @@ from course_utils.sharding.plot import draw_pattern
 from course_utils.sharding.row_wise import RowWiseEmbeddingBags, route
 from course_utils.sharding.runs import time_lookup_steps
 from course_utils.sharding.table_wise import TableWiseEmbeddingBags
-from course_utils.sharding.volume import formula, measured, routed_ids
+from course_utils.sharding.volume import busiest_rank_bytes, formula, measured, routed_ids
 
 __all__ = [
     "SHARDING_KINDS",
@@ -58,6 +58,7 @@ __all__ = [
     "exchange",
     "formula",
     "measured",
+    "busiest_rank_bytes",
     "routed_ids",
     "MemoryBudget",
     "BudgetExceededError",

@@ -30,7 +30,7 @@ import torch
 from course_utils.sharding.plan import ShardingPlan
 from course_utils.sharding.row_wise import route
 
-__all__ = ["formula", "routed_ids", "measured", "ID_BYTES", "VALUE_BYTES"]
+__all__ = ["formula", "routed_ids", "measured", "busiest_rank_bytes", "ID_BYTES", "VALUE_BYTES"]
 
 ID_BYTES, VALUE_BYTES = 8, 4
 
@@ -92,6 +92,19 @@ def measured(traffic_per_rank: Sequence[dict]) -> dict:
     out = {p: sum(sum(t[p]) for t in traffic_per_rank) for p in phases}
     out["total"] = sum(out.values())
     return out
+
+
+def busiest_rank_bytes(traffic_per_rank: Sequence[dict]) -> int:
+    """What sets an all-to-all's pace on a network: per phase, the most bytes any one rank sends
+    or receives (its link carries them, and every rank waits for the slowest), summed over the
+    phases. Equal to ``measured(...)["total"] / W`` only when the traffic is balanced."""
+    world = len(traffic_per_rank)
+    total = 0
+    for phase in traffic_per_rank[0]:
+        sent = [sum(t[phase]) for t in traffic_per_rank]
+        received = [sum(t[phase][r] for t in traffic_per_rank) for r in range(world)]
+        total += max(max(sent), max(received))
+    return total
 
 
 def matrix(traffic_per_rank: Sequence[dict], phases: Sequence[str]) -> list[list[int]]:
