@@ -232,10 +232,12 @@ def test_operations_finish_no_earlier_than_the_model_and_queue_on_one_link():
     nbytes = 400_000  # all-reduce: 2 (0.05 + 0.02) = 0.14 s; send: 0.05 + 0.04 = 0.09 s
     one = collective_seconds("all_reduce", nbytes, 2, wire.alpha, wire.beta)
     send = collective_seconds("send", nbytes, 2, wire.alpha, wire.beta)
-    for seconds in launch(timed_calls, nbytes, wire=wire):
+    for rank, seconds in enumerate(launch(timed_calls, nbytes, wire=wire)):
         assert seconds["one"] >= one * 0.999
         assert seconds["two queued"] >= 2 * one * 0.999
-        assert seconds["send"] >= send * 0.999
+        # the sender's link starts the message when it posts it; the receiver may start its clock
+        # a little later (the ranks leave the barrier at slightly different moments)
+        assert seconds["send"] >= (send * 0.999 if rank == 0 else send * 0.8)
         assert seconds["one"] < one + 2.0  # and it does finish (2 s: room for a loaded machine)
 
 
@@ -297,7 +299,7 @@ dist.barrier()
 start = time.monotonic()
 dist.all_reduce(t)
 if dist.get_rank() == 0:
-    print(dist.get_backend(), t.item(), time.monotonic() - start)
+    print("RESULT", dist.get_backend(), t.item(), time.monotonic() - start)
 dist.destroy_process_group()
 """
 
@@ -324,8 +326,13 @@ def test_a_torchrun_script_runs_on_the_wire_named_in_course_wire(tmp_path):
     wired = subprocess.run(
         command, env={**env, "COURSE_WIRE": wire.to_json()}, capture_output=True, text=True, timeout=120
     )
-    backend, total, _ = plain.stdout.split()
-    assert (backend, total) == ("gloo", "2.0"), plain.stderr[-2000:]
-    backend, total, seconds = wired.stdout.split()
-    assert (backend, total) == ("wire", "2.0"), wired.stderr[-2000:]
+    def result(run):  # the script's line (torchrun may print its own lines too)
+        lines = [line.split()[1:] for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+        assert len(lines) == 1, run.stdout[-2000:] + run.stderr[-2000:]
+        return lines[0]
+
+    backend, total, _ = result(plain)
+    assert (backend, total) == ("gloo", "2.0")
+    backend, total, seconds = result(wired)
+    assert (backend, total) == ("wire", "2.0")
     assert float(seconds) >= 2 * 0.1 * 0.999  # all-reduce on 2 ranks: 2 (w - 1) alpha at least
