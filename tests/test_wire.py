@@ -326,6 +326,7 @@ def test_a_torchrun_script_runs_on_the_wire_named_in_course_wire(tmp_path):
     wired = subprocess.run(
         command, env={**env, "COURSE_WIRE": wire.to_json()}, capture_output=True, text=True, timeout=120
     )
+
     def result(run):  # the script's line (torchrun may print its own lines too)
         lines = [line.split()[1:] for line in run.stdout.splitlines() if line.startswith("RESULT ")]
         assert len(lines) == 1, run.stdout[-2000:] + run.stderr[-2000:]

@@ -158,10 +158,11 @@ def hidden_fraction(step_on_wire: float, step_without: float, communication: flo
 def predicted_step(
     compute: float, backward: float, bucket_bytes: list[int], wire: Wire, world_size: int
 ) -> float:
-    """The step the wire's model predicts: ``compute`` seconds of the step on a free network (DDP's
-    own work included), of which ``backward`` is the backward pass; bucket ``i`` of ``k`` is ready ``(i+1)/k`` of the way
-    through backward (layers of equal cost) and queues on the link behind the bucket before it.
-    The step ends with the later of backward and the last all-reduce.
+    """The step the wire's model predicts: ``compute`` seconds of the step on a free network
+    (DDP's own work included), of which ``backward`` is the backward pass; bucket ``i`` of ``k``
+    is ready ``(i+1)/k`` of the way through backward (layers of equal cost) and queues on the
+    link behind the bucket before it. The step ends with the later of backward and the last
+    all-reduce.
     """
     alpha, beta = wire.link(list(range(world_size)))
     k = len(bucket_bytes)

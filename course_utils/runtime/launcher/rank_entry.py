@@ -113,18 +113,12 @@ def run_rank(payload, spec: RankSpec) -> bytes:
     import torch
     import torch.distributed as dist
 
-    from course_utils.runtime.hardware import group_backend
-
     if spec.backend == "nccl":
         _select_gpu(torch, int(os.environ["LOCAL_RANK"]))
     torch.set_num_threads(spec.threads)  # NCCL ranks too: the CPU side of their work shares the cores
     try:
         fn, args = pickle.loads(payload) if isinstance(payload, bytes) else payload
-        backend = group_backend(spec.backend)
-        if spec.wire_json is not None:
-            from course_utils.runtime.wire import Wire, install
-
-            backend = install(Wire.from_json(spec.wire_json))
+        backend = _backend(spec)  # a wire, if any, is installed for fn's own groups too
         if spec.init_group:
             dist.init_process_group(backend, timeout=timedelta(seconds=spec.group_timeout_s))
         result = fn(*args)
@@ -149,6 +143,18 @@ def run_rank(payload, spec: RankSpec) -> bytes:
         dist.destroy_process_group()
         # end details
     return sent
+
+
+def _backend(spec: RankSpec) -> str:
+    """The backend string this rank's group starts with: gloo, ``"cpu:gloo,cuda:nccl"``, or the
+    wire (``launch(..., wire=...)``), installed here so that ``fn``'s own groups may use it too."""
+    from course_utils.runtime.hardware import group_backend
+
+    if spec.wire_json is None:
+        return group_backend(spec.backend)
+    from course_utils.runtime.wire import Wire, install
+
+    return install(Wire.from_json(spec.wire_json))
 
 
 class _CPUPickler(cloudpickle.Pickler):

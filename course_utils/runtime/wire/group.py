@@ -144,16 +144,24 @@ class WireGroup(dist.ProcessGroup):
         count = self._count("collectives")
         self.stamps.arrive(count, self.rank(), time.monotonic(), model)
         data_work = issue()
+
+        def deadline(lane: _Lane) -> float:  # every rank has arrived, and written its stamp
+            last_arrival, seconds = self.stamps.last_arrival(count)
+            lane.free_at = max(last_arrival, lane.free_at) + seconds
+            return lane.free_at
+
+        return self._complete("collectives", data_work, result, deadline)
+
+    def _complete(self, lane_key, data_work, result: list[torch.Tensor], deadline: Callable) -> WireWork:
+        """A ``WireWork`` that lane ``lane_key`` completes with ``result``: once gloo's ``data_work``
+        is done, at ``deadline(lane)`` (monotonic seconds, computed then, in the lane's order)."""
         work = WireWork(result)
-        lane = self._lane("collectives")
+        lane = self._lane(lane_key)
 
         def finish():
             try:
-                data_work.wait()  # every rank has arrived, and written its stamp
-                last_arrival, seconds = self.stamps.last_arrival(count)
-                start = max(last_arrival, lane.free_at)
-                lane.free_at = start + seconds
-                _sleep_until(lane.free_at)
+                data_work.wait()
+                _sleep_until(deadline(lane))
             except BaseException as exc:  # the gloo error, raised again by wait()
                 work.future_.set_exception(exc)
                 return
@@ -267,41 +275,18 @@ class WireGroup(dist.ProcessGroup):
             self.send_free_at[dst] = end = start + seconds
         self.stamps.start_message(me, dst, tag, count, start)
         data_work = self.inner.send(tensors, dst, tag)
-        work = WireWork(tensors)
-        lane = self._lane(("send", dst))
-
-        def finish():
-            try:
-                data_work.wait()
-                _sleep_until(end)
-            except BaseException as exc:
-                work.future_.set_exception(exc)
-                return
-            work.future_.set_result(tensors)
-
-        lane.jobs.put(finish)
-        return work
+        return self._complete(("send", dst), data_work, tensors, lambda lane: end)
 
     def recv(self, tensors, src: int, tag: int = 0):
         post = time.monotonic()
         seconds = self._message_seconds(tensors, src)
         count = self._count(("message", src, self.rank(), tag))
         data_work = self.inner.recv(tensors, src, tag)
-        work = WireWork(tensors)
-        lane = self._lane(("recv", src))
 
-        def finish():
-            try:
-                data_work.wait()  # the sender has posted it, and written when its link started it
-                started = self.stamps.message_started(src, self.rank(), tag, count)
-                _sleep_until(max(post, started + seconds))
-            except BaseException as exc:
-                work.future_.set_exception(exc)
-                return
-            work.future_.set_result(tensors)
+        def deadline(lane: _Lane) -> float:  # the sender has posted it, and written its link's start
+            return max(post, self.stamps.message_started(src, self.rank(), tag, count) + seconds)
 
-        lane.jobs.put(finish)
-        return work
+        return self._complete(("recv", src), data_work, tensors, deadline)
 
     def recv_anysource(self, tensors, tag: int = 0):
         raise RuntimeError(
