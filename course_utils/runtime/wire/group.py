@@ -30,7 +30,6 @@ Taught in chapter 02 (the wire under the real collectives) and chapter 04 (DDP's
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -41,61 +40,13 @@ import torch.distributed as dist
 from course_utils.runtime import compat
 from course_utils.runtime.wire.model import Wire, collective_seconds
 from course_utils.runtime.wire.stamps import Stamps
+from course_utils.runtime.wire.work import Lane, WireWork, sleep_until
 
-__all__ = ["WireGroup", "WireWork"]
+__all__ = ["WireGroup"]
 
 
 def _nbytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def _sleep_until(deadline: float) -> None:
-    left = deadline - time.monotonic()
-    if left > 0:
-        time.sleep(left)
-
-
-class WireWork(compat.WORK_BASE):
-    """The handle one operation returns: done when the lane thread completes its future."""
-
-    def __init__(self, result: list[torch.Tensor]):
-        super().__init__()
-        self.result_ = result
-        self.future_ = torch.futures.Future()
-
-    def wait(self, timeout=None) -> bool:
-        self.future_.wait()  # raises the operation's error, if it failed
-        return True
-
-    def is_completed(self) -> bool:
-        return self.future_.done()
-
-    def is_success(self) -> bool:
-        return self.future_.done()
-
-    def result(self) -> list[torch.Tensor]:
-        self.future_.wait()
-        return self.result_
-
-    def get_future(self) -> torch.futures.Future:
-        return self.future_
-
-
-class _Lane:
-    """One queue of operations, finished in order by one sleeping daemon thread."""
-
-    def __init__(self, name: str):
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.free_at = 0.0  # when the link finishes what it was given (monotonic seconds)
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while (job := self.jobs.get()) is not None:
-            job()
-
-    def stop(self) -> None:
-        self.jobs.put(None)
 
 
 class WireGroup(dist.ProcessGroup):
@@ -115,7 +66,7 @@ class WireGroup(dist.ProcessGroup):
         self.send_free_at: dict[int, float] = {}  # when this rank's link to each peer is free
         # What this class does not override (C++ helpers DDP calls) goes straight to gloo, untimed.
         compat.register_cpu_backend(self, self.inner)
-        self.lanes: dict[object, _Lane] = {}
+        self.lanes: dict[object, Lane] = {}
         self.lanes_lock = threading.Lock()
 
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)
@@ -128,10 +79,10 @@ class WireGroup(dist.ProcessGroup):
             self.counts[key] = count + 1
             return count
 
-    def _lane(self, key) -> _Lane:
+    def _lane(self, key) -> Lane:
         with self.lanes_lock:
             if key not in self.lanes:
-                self.lanes[key] = _Lane(f"wire-{key}")
+                self.lanes[key] = Lane(f"wire-{key}")
             return self.lanes[key]
 
     # -- the two timings ---------------------------------------------------------------------
@@ -145,7 +96,7 @@ class WireGroup(dist.ProcessGroup):
         self.stamps.arrive(count, self.rank(), time.monotonic(), model)
         data_work = issue()
 
-        def deadline(lane: _Lane) -> float:  # every rank has arrived, and written its stamp
+        def deadline(lane: Lane) -> float:  # every rank has arrived, and written its stamp
             last_arrival, seconds = self.stamps.last_arrival(count)
             lane.free_at = max(last_arrival, lane.free_at) + seconds
             return lane.free_at
@@ -161,7 +112,7 @@ class WireGroup(dist.ProcessGroup):
         def finish():
             try:
                 data_work.wait()
-                _sleep_until(deadline(lane))
+                sleep_until(deadline(lane))
             except BaseException as exc:  # the gloo error, raised again by wait()
                 work.future_.set_exception(exc)
                 return
@@ -283,7 +234,7 @@ class WireGroup(dist.ProcessGroup):
         count = self._count(("message", src, self.rank(), tag))
         data_work = self.inner.recv(tensors, src, tag)
 
-        def deadline(lane: _Lane) -> float:  # the sender has posted it, and written its link's start
+        def deadline(lane: Lane) -> float:  # the sender has posted it, and written its link's start
             return max(post, self.stamps.message_started(src, self.rank(), tag, count) + seconds)
 
         return self._complete(("recv", src), data_work, tensors, deadline)

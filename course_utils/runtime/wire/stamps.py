@@ -40,11 +40,9 @@ class Stamps:
     def __init__(self, store, rank: int, size: int, timeout: timedelta):
         floats = SLOTS * size * 2 + size * size * TAGS * COUNTS
         nbytes = floats * 8
-        self.path = None
         if rank == 0:
             fd, path = tempfile.mkstemp(prefix="course_wire_", dir=_shared_dir())
             os.ftruncate(fd, nbytes)
-            self.path = path
             store.set("wire_stamps_path", path)
         else:
             store.wait(["wire_stamps_path"], timeout)
@@ -58,7 +56,6 @@ class Stamps:
         if rank == 0:  # once every rank has mapped it, the name is no longer needed
             store.wait([f"wire_stamps_mapped_{r}" for r in range(size)], timeout)
             os.unlink(path)
-            self.path = None
         table = torch.frombuffer(self.map, dtype=torch.float64)
         self.collectives = table[: SLOTS * size * 2].view(SLOTS, size, 2)
         self.messages = table[SLOTS * size * 2 :].view(size, size, TAGS, COUNTS)
