@@ -8,7 +8,7 @@ import torch
 
 from course_utils import launch
 from course_utils.runtime import elastic_run, slurm_local
-from course_utils.scripts import elastic_train
+from course_utils.scripts import elastic_train, job_events
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "templates" / "slurm_torchrun.sbatch"
 KILL = ["--kill-rank", "1", "--kill-at-step", "14"]  # 16 steps, checkpoints every 5
@@ -128,7 +128,7 @@ def test_killing_a_node_needs_torchrun_as_the_parent():
     import pytest
 
     with pytest.raises(RuntimeError, match="is not torchrun"):
-        elastic_train._torchrun_agent()
+        job_events.torchrun_agent()
 
 
 def test_quiz_08_redone_steps_follow_from_the_checkpoint_interval():
@@ -150,7 +150,7 @@ def test_two_local_elastic_nodes_get_their_own_gpus_or_gloo(monkeypatch, tmp_pat
 
     started = []
 
-    def fake_run_together(commands, timeout):
+    def fake_run_together(commands, timeout, watch=None):
         started.append(commands)
         return [("", "")] * len(commands), [0] * len(commands)
 

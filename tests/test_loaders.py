@@ -77,6 +77,37 @@ def test_streaming_and_in_memory_give_the_same_batches(path):
             assert kept.stats["groups_read"] == 4  # once, then kept
 
 
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_a_resumed_epoch_yields_the_batches_an_uninterrupted_one_would_have_yielded_next(path, in_memory):
+    whole = data.ParquetBatches(path, 32, rank=0, world_size=2, seed=3, in_memory=in_memory)
+    whole.set_epoch(1)
+    expected = rows_of(whole)
+    for done in (0, 1, 5, 9, len(expected)):
+        resumed = data.ParquetBatches(path, 32, rank=0, world_size=2, seed=3, in_memory=in_memory)
+        resumed.set_epoch(1, history=[(2, 32, done)])
+        assert rows_of(resumed) == expected[done:] and len(resumed) == len(expected) - done
+        if not in_memory and done == 9:  # 9 batches = 288 rows: the first two row groups never read
+            assert resumed.stats["groups_read"] == 2
+
+
+def test_an_epoch_resumed_on_other_numbers_of_ranks_uses_each_row_at_most_once(path):
+    """2 ranks x 3 batches of 40, then 4 ranks x 2 batches of 20, then 1 rank to the end: no row twice,
+    and only the last layout's leftovers (fewer than a batch per rank... here of one rank) unused."""
+    history, seen = [], []
+    for world, batch, batches in [(2, 40, 3), (4, 20, 2), (1, 80, None)]:
+        loaders = [data.ParquetBatches(path, batch, r, world, seed=1) for r in range(world)]
+        for loader in loaders:
+            loader.set_epoch(2, history=history)
+        taken = [rows_of(loader)[:batches] for loader in loaders]
+        assert all(len(t) == (batches or len(loaders[0])) for t in taken)  # every rank steps together
+        seen += [row for t in taken for batch_rows in t for row in batch_rows]
+        history.append((world, batch, len(taken[0])))
+    assert len(seen) == len(set(seen))  # no row used twice
+    assert 1000 - len(seen) < 80  # the last rank's leftovers: less than one of its batches
+    with pytest.raises(ValueError, match="uses more rows than rank"):
+        data.ParquetBatches(path, 40, 0, 2).set_epoch(0, history=[(2, 40, 99)])
+
+
 def test_ranks_read_disjoint_partitions_of_their_own_row_groups(path):
     bounds = np.cumsum([0] + GROUP_ROWS)
     per_rank = [sum(rows_of(data.ParquetBatches(path, 64, r, 2)), []) for r in range(2)]

@@ -61,8 +61,10 @@ def folder_bytes(folder: str | os.PathLike) -> int:
 
 
 class Checkpointer:
-    """Save ``{"app": state}`` into ``folder/step_<step>``, blocking (``dcp.save``) or in the
+    """Save ``state`` into ``folder/step_<step>``, blocking (``dcp.save``) or in the
     background (``dcp.async_save``). Every rank calls :meth:`save` at the same steps.
+    ``state``: a ``Stateful`` object such as an :class:`AppState` (saved as ``{"app": state}``),
+    or a flat dict of tensors and values (saved as it is: ``checkpoint.job.job_state``).
 
     ``group``: the process group for DCP's collectives (a gloo group of its own).
     ``keep``: complete checkpoints kept on disk (rank 0 deletes the older ones).
@@ -90,14 +92,15 @@ class Checkpointer:
         self.waited.append(time.perf_counter() - start)
         start = time.perf_counter()
         path = str(self.folder / f"step_{step:06d}")
+        state = state if isinstance(state, dict) else {"app": state}
         if self.mode == "blocking":
-            dcp.save({"app": state}, checkpoint_id=path, process_group=self.group)
+            dcp.save(state, checkpoint_id=path, process_group=self.group)
             self._prune()
         else:
             if self.stager is None:
                 self.stager = _reusable_stager()
             extra = {} if self.stager is None else {"async_stager": self.stager}
-            response = dcp.async_save({"app": state}, checkpoint_id=path, process_group=self.group, **extra)
+            response = dcp.async_save(state, checkpoint_id=path, process_group=self.group, **extra)
             # torch >= 2.9 may answer with an AsyncSaveResponse (staging and upload futures)
             self.pending = getattr(response, "upload_completion", response)
         return time.perf_counter() - start

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,7 @@ class ElasticRun:
     commands: list[str]
     stderr: list[str] = field(repr=False)
     out: Path = field(repr=False)
+    terminated: bool = False  # SIGTERM was sent to the launchers (``terminate_at_step``)
 
 
 def read_events(out: str | os.PathLike) -> list[dict]:
@@ -55,12 +57,20 @@ def run_elastic(
     max_restarts: int = 1,
     timeout: float = 180.0,
     script_args: list[str] | tuple = (),
+    module: str = "course_utils.scripts.elastic_train",
+    out_flag: str = "--out",
+    terminate_at_step: int | None = None,
 ) -> ElasticRun:
     """``torchrun [--standalone | --nnodes N --rdzv-backend c10d ...] --nproc-per-node P
-    --max-restarts R -m course_utils.scripts.elastic_train --out OUT *script_args``, one per node.
+    --max-restarts R -m MODULE OUT_FLAG OUT *script_args``, one per node. ``module``: a script
+    that logs events with ``job_events`` (``elastic_train``, or ``train_hybrid`` with
+    ``out_flag="--checkpoint-dir"``).
 
-    Raises ``runner.LauncherError`` if a launcher fails (e.g. more failures than restarts)
-    or is still running after ``timeout`` seconds; nothing is left running either way.
+    ``terminate_at_step``: once some rank has logged that step, send SIGTERM to every launcher
+    (as SLURM does before a time limit); the launchers then exit with an error, which is expected
+    (``ElasticRun.terminated``). Otherwise raises ``runner.LauncherError`` if a launcher fails
+    (e.g. more failures than restarts) or is still running after ``timeout`` seconds; nothing is
+    left running either way.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -92,13 +102,32 @@ def run_elastic(
                 "--max-restarts",
                 str(max_restarts),
                 "-m",
-                "course_utils.scripts.elastic_train",
-                "--out",
+                module,
+                out_flag,
                 str(out),
                 *map(str, script_args),
             ]
         )
-    outputs, _ = runner.run_together(commands, timeout)
+    signalled = []
+
+    def terminate_when_due(procs) -> None:
+        if signalled or not any(
+            e["event"] == "step" and e["step"] >= terminate_at_step for e in read_events(out)
+        ):
+            return
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)  # the launcher only: torchrun passes it on to its ranks
+        signalled.append(True)
+
+    try:
+        outputs, _ = runner.run_together(
+            commands, timeout, watch=None if terminate_at_step is None else terminate_when_due
+        )
+        stderr = [e for _, e in outputs]
+    except runner.LauncherError as error:
+        if not signalled:
+            raise
+        stderr = [error.stderr]
     launcher = " ".join(runner.LAUNCHERS["torchrun"])
     shown = [
         " ".join(c)
@@ -108,7 +137,7 @@ def run_elastic(
         .replace("env ", "")
         for c in commands
     ]
-    return ElasticRun(read_events(out), shown, [e for _, e in outputs], out)
+    return ElasticRun(read_events(out), shown, stderr, out, terminated=bool(signalled))
 
 
 def _steps(events: list[dict], attempt: int) -> list[int]:
@@ -148,6 +177,12 @@ def timeline(events: list[dict]) -> list[str]:
                     f"  rank {e['rank']} killed itself with SIGKILL before step {e['step']}; "
                     "torchrun stopped the other ranks and restarted all of them"
                 )
+        stopped = sorted({e["step"] for e in mine if e["event"] == "stopped"})
+        if stopped:
+            lines.append(
+                f"  SIGTERM: the ranks agreed to stop after step {stopped[0]}, saved a final checkpoint "
+                "and exited"
+            )
         finished = [e for e in mine if e["event"] == "finished"]
         if finished:
             lines.append(

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -179,11 +179,15 @@ def run_torchrun(
 
 
 def run_together(
-    commands: list[list[str]], timeout: float, extra_env: Sequence[dict] | None = None
+    commands: list[list[str]],
+    timeout: float,
+    extra_env: Sequence[dict] | None = None,
+    watch: Callable[[list[subprocess.Popen]], None] | None = None,
 ) -> tuple[list[tuple[str, str]], list[int]]:
     """Start every command at once, each in its own process group; all finish or all are killed.
 
     ``extra_env``: variables to add for each command (one dict per command), e.g. its GPUs.
+    ``watch``: called with the running processes every 50 ms while they run (to signal them).
     """
     # PYTHON_COLORS=0: plain tracebacks (Jupyter sets FORCE_COLOR; Python 3.13 then adds ANSI codes)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHON_COLORS": "0", **_pythonpath()}
@@ -200,6 +204,8 @@ def run_together(
             failed = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
             if failed or time.monotonic() > deadline:
                 break
+            if watch is not None:
+                watch(procs)
             time.sleep(0.05)
         running = [i for i, p in enumerate(procs) if p.poll() is None]
     finally:

@@ -22,12 +22,11 @@ Taught in chapter 08 (sections 1 and 2, what a checkpoint must hold; kill, resum
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
-import time
 from pathlib import Path
 
+from course_utils.scripts.job_events import attempt_number, log_event, torchrun_agent
 from course_utils.scripts.rank_exit import run_without_interpreter_shutdown
 
 
@@ -60,42 +59,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="a deliberately incomplete resume, to see what each part of a checkpoint is for",
     )
     return parser.parse_args(argv)
-
-
-def _log(out: Path, **event) -> None:
-    """Append one event to this rank's log (opened and closed each time: a SIGKILL loses nothing)."""
-    event["time"] = time.time()
-    with open(out / f"events-rank{event['rank']}.jsonl", "a") as f:
-        f.write(json.dumps(event) + "\n")
-
-
-def attempt_number(out: Path, rank: int) -> int:
-    """How many times this rank has been started before: the "started"/"resumed" events in its log."""
-    path = out / f"events-rank{rank}.jsonl"
-    if not path.exists():
-        return 0
-    return sum(
-        json.loads(line)["event"] in ("started", "resumed") for line in path.read_text().splitlines() if line
-    )
-
-
-def _torchrun_agent() -> int:
-    """The process id of the torchrun agent that started this rank (its parent)."""
-    parent = os.getppid()
-    try:
-        argv = Path(f"/proc/{parent}/cmdline").read_bytes().decode().split("\0")
-    except OSError:
-        argv = []
-    command = " ".join(argv)
-    # the agent is `torchrun ...` or `python -m torch.distributed.run ...` (not, say, a test
-    # runner whose arguments name a file test_torchrun.py)
-    if not any(Path(a).name == "torchrun" or a == "torch.distributed.run" for a in argv[:3]):
-        raise RuntimeError(
-            "--kill-what node kills the torchrun agent that started this rank, but the parent "
-            f"process {parent} is not torchrun ({command[:80]!r}); run the script under torchrun "
-            "(Linux) or use --kill-what rank"
-        )
-    return parent
 
 
 def train(args: argparse.Namespace) -> dict:
@@ -137,7 +100,7 @@ def train(args: argparse.Namespace) -> dict:
         optimizer = make_optimizer(model, "adam", args.lr)
     elif state and args.forget == "data-position":  # the epoch restarts from its first batch
         sampler.consumed = 0
-    _log(
+    log_event(
         args.out,
         attempt=attempt,
         rank=rank,
@@ -150,22 +113,24 @@ def train(args: argparse.Namespace) -> dict:
         sampler.set_epoch(epoch)
         for dense, sparse, label in loader:
             if attempt == 0 and rank == args.kill_rank and step + 1 == args.kill_at_step:
-                _log(args.out, attempt=attempt, rank=rank, event="killed", step=step + 1, what=args.kill_what)
+                log_event(
+                    args.out, attempt=attempt, rank=rank, event="killed", step=step + 1, what=args.kill_what
+                )
                 if args.kill_what == "node":
-                    os.kill(_torchrun_agent(), signal.SIGKILL)
+                    os.kill(torchrun_agent(), signal.SIGKILL)
                 os.kill(os.getpid(), signal.SIGKILL)
             loss = train_step(model, optimizer, Batch(dense.to(device), sparse.to(device), label.to(device)))
             sampler.advance(len(label))
             step += 1
-            _log(args.out, attempt=attempt, rank=rank, event="step", step=step, loss=loss)
+            log_event(args.out, attempt=attempt, rank=rank, event="step", step=step, loss=loss)
             if step % args.checkpoint_every == 0:
                 checkpoint.save_on_rank0(checkpoint.training_state(model, optimizer, sampler, step), path)
                 if rank == 0:
-                    _log(args.out, attempt=attempt, rank=rank, event="checkpoint", step=step)
+                    log_event(args.out, attempt=attempt, rank=rank, event="checkpoint", step=step)
     final = {k: v.detach().cpu().clone() for k, v in model.module.state_dict().items()}
     if rank == 0:
         torch.save(final, args.out / "final.pt")
-    _log(args.out, attempt=attempt, rank=rank, event="finished", step=step)
+    log_event(args.out, attempt=attempt, rank=rank, event="finished", step=step)
     return final
 
 

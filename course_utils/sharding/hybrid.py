@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -34,7 +35,7 @@ from course_utils.workload.metrics import scores
 from course_utils.workload.models import DLRM, DLRMConfig
 from course_utils.workload.train import History, fit, make_optimizer, predict
 
-__all__ = ["DenseArch", "HybridDLRM", "local_rows", "train_hybrid", "evaluate_hybrid"]
+__all__ = ["DenseArch", "HybridDLRM", "local_rows", "train_hybrid", "evaluate_hybrid", "predict_own_rows"]
 
 
 class DenseArch(nn.Module):
@@ -149,6 +150,20 @@ def local_rows(batch: Batch, rank: int, world_size: int) -> Batch:
         )
     rows = slice(rank * n // world_size, (rank + 1) * n // world_size)
     return Batch(batch.dense[rows], batch.sparse[rows], batch.label[rows])
+
+
+def predict_own_rows(model: HybridDLRM, logs: ClickLogs, batch_size: int = 8192) -> np.ndarray:
+    """Click probabilities ``[n_r]`` of this rank's own rows ``logs`` (``n_r`` may differ between
+    ranks, as row groups do). The sharded lookups need one batch size on every rank, so each
+    rank pads its rows to the longest share (repeating its last row) and drops the padding's
+    predictions. Every rank calls it."""
+    sizes = torch.tensor([len(logs), -len(logs)], device=rank_device())
+    dist.all_reduce(sizes, op=dist.ReduceOp.MAX)  # the longest share, and minus the shortest
+    longest, shortest = int(sizes[0]), -int(sizes[1])
+    if shortest == 0:  # every rank knows, so every rank refuses (none waits for the others)
+        raise ValueError("a rank has no rows to predict; give every rank at least one row group")
+    padded = logs[np.r_[np.arange(len(logs)), np.full(longest - len(logs), len(logs) - 1)]]
+    return predict(model, padded, batch_size)[: len(logs)]
 
 
 def evaluate_hybrid(model: HybridDLRM, data: ClickLogs, batch_size: int = 8192) -> dict:

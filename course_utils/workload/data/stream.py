@@ -14,6 +14,12 @@ So the buffer is one row group plus less than one batch, whatever the file's siz
 row groups of a few tens of MB. Every rank yields the same number of batches, as many full
 ones as the smallest share allows, so that data-parallel ranks step together.
 
+A job resumed mid-epoch passes the epoch's history, the layouts that already worked on it
+(``set_epoch(epoch, history=[(world_size, rows per rank per batch, batches), ...])``,
+``epoch_position``): the rank then streams only its rows that no earlier layout used, and never
+reads a row group they used up. With the same number of ranks throughout, that is the
+uninterrupted run's next batches exactly.
+
 ``in_memory=True`` reads the rank's whole share once, keeps it, and yields exactly the same
 batches from memory (for small files, or to compare: ``benchmarks/data_loading.py``).
 
@@ -29,6 +35,7 @@ import numpy as np
 from torch.utils.data import IterableDataset
 
 from course_utils.runtime.checks import check_whole
+from course_utils.workload.data.epoch_position import Segment, rows_left, used_rows, visiting_order
 from course_utils.workload.data.logs import Batch, ClickLogs
 from course_utils.workload.data.parquet import open_parquet, parquet_info, read_row_groups, row_groups_of_rank
 
@@ -38,8 +45,9 @@ __all__ = ["ParquetBatches"]
 class ParquetBatches(IterableDataset):
     """Rank ``rank``'s batches of the parquet file ``path``, one epoch per iteration.
 
-    ``len()`` is the number of batches of an epoch; ``set_epoch(epoch)`` picks the epoch's
-    order (as ``DistributedSampler.set_epoch`` does); never called, every epoch is epoch 0.
+    ``len()`` is the number of batches of an epoch (of what is left of it, after a history);
+    ``set_epoch(epoch, history=())`` picks the epoch's order (as ``DistributedSampler.set_epoch``
+    does) and the layouts that already used some of it; never called, every epoch is epoch 0.
     ``stats`` counts, for the curious and for tests: ``groups_read``, ``rows_read``, ``batches``.
     """
 
@@ -55,30 +63,38 @@ class ParquetBatches(IterableDataset):
     ):
         check_whole("batch_size", batch_size)
         self.path, self.batch_size, self.seed, self.in_memory = Path(path), batch_size, seed, in_memory
-        info = parquet_info(self.path)
-        rows = info["rows_per_group"]
-        self.groups = row_groups_of_rank(len(rows), rank, world_size, self.path)
-        self.group_rows = [rows[g] for g in self.groups]
-        shares = [
-            sum(rows[g] for g in row_groups_of_rank(len(rows), r, world_size, self.path))
-            for r in range(world_size)
-        ]
-        self.steps = min(shares) // batch_size
-        self.epoch = 0
+        self.rows_per_group = parquet_info(self.path)["rows_per_group"]
+        self.world_size = world_size
+        self.groups = row_groups_of_rank(len(self.rows_per_group), rank, world_size, self.path)
+        self.group_rows = [self.rows_per_group[g] for g in self.groups]
         self.stats = {"groups_read": 0, "rows_read": 0, "batches": 0}
         self._share = None
+        self.set_epoch(0)
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def set_epoch(self, epoch: int, history: list[Segment] | tuple = ()) -> None:
+        self.epoch, self.history = epoch, [tuple(int(x) for x in segment) for segment in history]
+        self._used = used_rows(self.rows_per_group, self.seed, epoch, self.history, self.path)
+        self.steps = (
+            min(  # every rank stops with the one whose unused rows run out first
+                rows_left(
+                    self._used, row_groups_of_rank(len(self.rows_per_group), r, self.world_size, self.path)
+                )
+                for r in range(self.world_size)
+            )
+            // self.batch_size
+        )
 
     def __len__(self) -> int:
         return self.steps
 
     def _orders(self) -> Iterator[tuple[int, np.ndarray]]:
-        """This epoch's ``(position of a row group among this rank's, its row order)``, in visiting order."""
-        rng = np.random.Generator(np.random.PCG64(self.seed + self.epoch))
-        for i in rng.permutation(len(self.groups)):
-            yield int(i), rng.permutation(self.group_rows[i])
+        """This epoch's ``(position of a row group among this rank's, its unused rows in visiting
+        order)``, for the row groups that still have any."""
+        position = {g: i for i, g in enumerate(self.groups)}
+        for group, order in visiting_order(self.rows_per_group, self.groups, self.seed, self.epoch):
+            unused = order[~self._used[group][order]]
+            if len(unused):
+                yield position[group], unused
 
     def _read(self, pf, cards, positions: list[int]) -> ClickLogs:
         rows = read_row_groups(pf, [self.groups[i] for i in positions], cards)

@@ -1,0 +1,54 @@
+"""What a training job's ranks write down as they go, so that a test or a notebook can tell what happened.
+
+Each rank appends one JSON line per event (``started``, ``resumed``, ``step``, ``checkpoint``,
+``killed``, ``stopped``, ``finished``) to ``DIR/events-rank<R>.jsonl``, opening and closing
+the file each time, so a rank killed with SIGKILL loses nothing it wrote.
+``course_utils.runtime.elastic_run`` reads the logs back (``read_events``, ``timeline``).
+
+Used by ``elastic_train`` and ``train_hybrid`` (chapter 08).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+__all__ = ["log_event", "attempt_number", "torchrun_agent"]
+
+
+def log_event(out: Path, **event) -> None:
+    """Append one event to this rank's log (opened and closed each time: a SIGKILL loses nothing)."""
+    event["time"] = time.time()
+    with open(out / f"events-rank{event['rank']}.jsonl", "a") as f:
+        f.write(json.dumps(event) + "\n")
+
+
+def attempt_number(out: Path, rank: int) -> int:
+    """How many times this rank has been started before: the "started"/"resumed" events in its log."""
+    path = out / f"events-rank{rank}.jsonl"
+    if not path.exists():
+        return 0
+    return sum(
+        json.loads(line)["event"] in ("started", "resumed") for line in path.read_text().splitlines() if line
+    )
+
+
+def torchrun_agent() -> int:
+    """The process id of the torchrun agent that started this rank (its parent)."""
+    parent = os.getppid()
+    try:
+        argv = Path(f"/proc/{parent}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        argv = []
+    command = " ".join(argv)
+    # the agent is `torchrun ...` or `python -m torch.distributed.run ...` (not, say, a test
+    # runner whose arguments name a file test_torchrun.py)
+    if not any(Path(a).name == "torchrun" or a == "torch.distributed.run" for a in argv[:3]):
+        raise RuntimeError(
+            "--kill-what node kills the torchrun agent that started this rank, but the parent "
+            f"process {parent} is not torchrun ({command[:80]!r}); run the script under torchrun "
+            "(Linux) or use --kill-what rank"
+        )
+    return parent
