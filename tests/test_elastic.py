@@ -52,55 +52,18 @@ def test_killed_rank_restarts_from_checkpoint_and_ends_like_an_uninterrupted_run
     assert _same(final, _uninterrupted(tmp_path))
 
 
-def test_slurm_template_trains_on_two_local_nodes(tmp_path):
+def test_slurm_template_launches_the_production_job_and_requeues_on_its_warning_signal():
+    """The runs are in test_train_hybrid.py (they compare with its uninterrupted job)."""
     text = TEMPLATE.read_text()
     assert "scontrol show hostnames" in text and "srun --kill-on-bad-exit=1" in text
     assert "--rdzv-backend c10d" in text and "#SBATCH --requeue" in text
     assert "--node-rank" not in text.split("srun --kill-on-bad-exit=1")[1]  # c10d numbers the nodes
     assert "\nexport TORCH_NCCL_ASYNC_ERROR_HANDLING" not in text  # torchrun sets 1 by itself
-    small = ["--rows", "1024", "--epochs", "1", "--checkpoint-every", "2"]
-    out = tmp_path / "ckpt"
-    slurm_local.run_sbatch_locally(
-        TEMPLATE,
-        nodes=2,
-        timeout=240,
-        env={"GPUS_PER_NODE": "1", "CKPT_DIR": str(out), "TRAIN_ARGS": " ".join(small)},
-    )
-    events = elastic_run.read_events(out)
-    assert {e["node"] for e in events if e["event"] == "started"} == {"0", "1"}  # one rank per node
-    final = torch.load(out / "final.pt", weights_only=True)
-    assert _same(final, _uninterrupted(tmp_path, *small))
-
-
-def test_a_lost_node_fails_the_job_and_the_requeued_job_resumes(tmp_path):
-    """Rank 1 kills its torchrun agent and itself (a node lost): srun --kill-on-bad-exit ends the
-    other node's torchrun, the job fails; run again as a requeued job, it resumes and ends
-    like the uninterrupted run."""
-    import pytest
-
-    from course_utils.runtime import runner
-
-    out = tmp_path / "ckpt"
-    env = {"GPUS_PER_NODE": "1", "CKPT_DIR": str(out), "TRAIN_ARGS": " ".join([*KILL, "--kill-what", "node"])}
-    with pytest.raises(runner.LauncherError, match="exited with code 137"):
-        slurm_local.run_sbatch_locally(TEMPLATE, nodes=2, timeout=240, env=env)
-    first = elastic_run.timeline(elastic_run.read_events(out))
-    assert first[-1] == (
-        "  rank 1 killed its torchrun agent, then itself, with SIGKILL before step 14: "
-        "its whole node was gone"
-    )
-    stdout, _ = slurm_local.run_sbatch_locally(
-        TEMPLATE, nodes=2, timeout=240, env={**env, "SLURM_RESTART_COUNT": "1"}
-    )
-    assert "start number 1" in stdout
-    assert elastic_run.timeline(elastic_run.read_events(out))[len(first) :] == [
-        "attempt 1: ranks [0, 1] resumed from the checkpoint of step 10",
-        "  steps 11..16 done",
-        "  rank 0 saved checkpoints at steps [15]",
-        "  finished at step 16 on ranks [0, 1]",
-    ]
-    final = torch.load(out / "final.pt", weights_only=True)
-    assert _same(final, _uninterrupted(tmp_path))
+    assert "-m course_utils.scripts.train_hybrid --checkpoint-dir" in text
+    assert "#SBATCH --signal=B:USR1@" in text and "trap stop_and_requeue USR1 TERM" in text
+    trap = text.split("stop_and_requeue() {")[1].split("}")[0]
+    # SIGTERM to srun first, wait for the ranks' final checkpoint, then requeue (which ends a running job)
+    assert trap.index("kill -TERM") < trap.index("wait") < trap.index("scontrol requeue")
 
 
 def test_the_srun_stand_in_kills_the_other_tasks_on_a_bad_exit(tmp_path):

@@ -3,13 +3,14 @@ a killed rank, a resize and a SIGTERM each end where the uninterrupted job ends 
 the layout is kept, AUC within 0.005 across a resize); the exact distributed AUC; its parts."""
 
 import shutil
+import signal
 
 import numpy as np
 import pytest
 
 from course_utils import launch
 from course_utils.checkpoint import latest_complete, random_state
-from course_utils.runtime import elastic_run, runner
+from course_utils.runtime import elastic_run, runner, slurm_local
 from course_utils.scripts import train_hybrid
 from course_utils.workload import metrics
 from course_utils.workload.global_auc import distributed_auc, gather_predictions
@@ -19,8 +20,10 @@ JOB = dict(module="course_utils.scripts.train_hybrid", out_flag="--checkpoint-di
 
 def finished(run) -> dict:
     """Rank 0's "finished" event of the run's last attempt: ``step``, ``auc``, ``sha256``."""
-    ends = [e for e in run.events if e["event"] == "finished" and e["rank"] == 0]
-    assert ends, "\n".join(elastic_run.timeline(run.events)) + run.stderr[0][-2000:]
+    events = run if isinstance(run, list) else run.events
+    ends = [e for e in events if e["event"] == "finished" and e["rank"] == 0]
+    stderr = "" if isinstance(run, list) else run.stderr[0][-2000:]
+    assert ends, "\n".join(elastic_run.timeline(events)) + stderr
     return ends[-1]
 
 
@@ -74,6 +77,39 @@ def test_a_checkpoint_written_by_2_ranks_resumes_on_4_within_0_005_of_auc(tmp_pa
     assert "resumed from the checkpoint of step 40" in elastic_run.timeline(resized.events)[-4]
     assert {e["world_size"] for e in resized.events if e["event"] == "resumed"} == {4}
     assert abs(finished(resized)["auc"] - finished(uninterrupted)["auc"]) < 0.005
+
+
+def test_the_slurm_template_survives_a_lost_node_and_its_time_limit_signal(straight, tmp_path):
+    """Run 1: a node lost before step 21 fails the job (137). Run 2, requeued: USR1 to the batch
+    shell after step 30, as --signal=B:USR1@120 sends it; the trap gets a final checkpoint, then
+    requeues. Run 3 finishes on the uninterrupted job's parameters."""
+    env = {
+        "GPUS_PER_NODE": "1",
+        "CKPT_DIR": str(tmp_path),
+        "TRAIN_ARGS": "--steps 40 --kill-rank 1 --kill-at-step 21 --kill-what node",
+    }
+    with pytest.raises(runner.LauncherError, match="exited with code 137"):
+        slurm_local.run_sbatch_locally(slurm_local.sbatch_template(), nodes=2, timeout=240, env=env)
+
+    def after_step_30() -> bool:
+        return any(e["event"] == "step" and e["step"] >= 30 for e in elastic_run.read_events(tmp_path))
+
+    stdout, _ = slurm_local.run_sbatch_locally(
+        slurm_local.sbatch_template(),
+        nodes=2,
+        timeout=240,
+        env={**env, "SLURM_RESTART_COUNT": "1"},
+        signal_when=(signal.SIGUSR1, after_step_30),
+    )
+    assert "signal received" in stdout and "scontrol: job 4242 requeued" in stdout
+    stops = {e["step"] for e in elastic_run.read_events(tmp_path) if e["event"] == "stopped"}
+    assert len(stops) == 1 and 30 <= min(stops) < 40
+    assert latest_complete(tmp_path).name == f"step_{min(stops):06d}"
+    stdout, _ = slurm_local.run_sbatch_locally(
+        slurm_local.sbatch_template(), nodes=2, timeout=240, env={**env, "SLURM_RESTART_COUNT": "2"}
+    )
+    assert "start number 2" in stdout
+    assert finished(elastic_run.read_events(tmp_path))["sha256"] == finished(straight)["sha256"]
 
 
 def test_a_batch_that_the_ranks_cannot_share_is_refused_with_the_fix(tmp_path):

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from course_utils.checkpoint import random_state
 from course_utils.checkpoint.sharded import load_sharded, sharded_state_dict
 
-__all__ = ["job_state", "load_job"]
+__all__ = ["job_state", "load_job", "whole_state", "tensors_that_differ"]
 
 
 HISTORY = "data/history"
@@ -60,3 +60,31 @@ def load_job(model, optimizer, path: str | os.PathLike, seed: int = 0) -> dict[s
         random_state.seed_all(seed + dist.get_rank())
     history = [tuple(segment) for segment in json.loads(state[HISTORY])]
     return {**progress, "history": history, "rng_restored": int(key in saved)}
+
+
+def whole_state(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Every ``model/...`` and ``optim/...`` tensor of a checkpoint folder, whole (tables
+    reassembled from every rank's shards), read in one process with no process group."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    saved = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    state = {
+        k: torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
+        for k, meta in saved.items()
+        if k.startswith(("model/", "optim/")) and hasattr(meta, "size")
+    }
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
+        dcp.load(state, checkpoint_id=str(path))
+    return state
+
+
+def tensors_that_differ(a: str | os.PathLike, b: str | os.PathLike) -> tuple[int, int]:
+    """``(differing, total)``: how many tensors of two checkpoint folders are not bit-identical
+    (``torch.equal``; a tensor only one of them has counts as differing), out of how many names."""
+    first, second = whole_state(a), whole_state(b)
+    names = first.keys() | second.keys()
+    same = sum(k in first and k in second and torch.equal(first[k], second[k]) for k in names)
+    return len(names) - same, len(names)

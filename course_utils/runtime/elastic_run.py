@@ -1,4 +1,4 @@
-"""Start ``elastic_train`` under the real ``torchrun``, from a notebook or a test, and read what happened.
+"""Start a training job (``elastic_train``, ``train_hybrid``) under the real ``torchrun``; read what happened.
 
 ``run_elastic`` starts one ``torchrun`` per node (``nnodes=2``: two launchers on
 localhost meeting through a c10d rendezvous on a free port; on a GPU machine each gets
@@ -6,8 +6,9 @@ its own GPUs, or gloo, see ``runner.node_environments``), with a timeout; if a
 launcher fails or outlives it, every launcher is killed with its whole process group
 (the runner of chapter 02 does the process handling). ``timeline`` turns the ranks'
 event logs into a deterministic account, attempt by attempt; ``plot_restarts`` draws it.
+``terminate_at_step`` sends the launchers SIGTERM mid-run, as a cluster does before a time limit.
 
-Taught in chapter 08 (section 5, elastic restarts with ``torchrun``; section 6, two nodes).
+Taught in chapter 08 (section 5, the production job under ``torchrun``; section 6, two nodes).
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ from pathlib import Path
 from course_utils.runtime import runner
 from course_utils.runtime.ports import free_port
 
-__all__ = ["ElasticRun", "run_elastic", "read_events", "timeline", "plot_restarts", "SHARED_STORE_FIX"]
+__all__ = [
+    "ElasticRun",
+    "run_elastic",
+    "read_events",
+    "finished",
+    "timeline",
+    "plot_restarts",
+    "SHARED_STORE_FIX",
+]
 
 # torchrun's agent shares its TCPStore with the ranks by default (torch >= 2.5); after a
 # restart the new ranks can read the previous attempt's addresses from it and fail to
@@ -47,6 +56,14 @@ def read_events(out: str | os.PathLike) -> list[dict]:
     for path in sorted(Path(out).glob("events-rank*.jsonl")):
         events += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return sorted(events, key=lambda e: (e["attempt"], e["rank"], e["time"]))
+
+
+def finished(events: list[dict]) -> dict:
+    """Rank 0's last ``finished`` event (``train_hybrid``'s: ``step``, ``auc``, ``sha256``)."""
+    ends = [e for e in events if e["event"] == "finished" and e["rank"] == 0]
+    if not ends:
+        raise ValueError("the job never finished: rank 0 logged no 'finished' event (see timeline(events))")
+    return ends[-1]
 
 
 def run_elastic(

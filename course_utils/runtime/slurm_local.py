@@ -20,6 +20,7 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from course_utils.runtime import runner
@@ -28,8 +29,13 @@ from course_utils.runtime.ports import free_port
 __all__ = ["run_sbatch_locally", "sbatch_template", "FAKE_SRUN", "FAKE_SCONTROL"]
 
 FAKE_SCONTROL = """#!/bin/bash
-# stand-in for `scontrol show hostnames LIST`: this machine, once per node
-for ((i = 0; i < SLURM_NNODES; i++)); do echo 127.0.0.1; done
+# stand-in for `scontrol show hostnames LIST`: this machine, once per node;
+# and for `scontrol requeue JOBID`: says so (the caller runs the script again)
+case "$1" in
+    show) for ((i = 0; i < SLURM_NNODES; i++)); do echo 127.0.0.1; done ;;
+    requeue) echo "scontrol: job $2 requeued" ;;
+    *) echo "scontrol stand-in: only 'show hostnames' and 'requeue' are known" >&2; exit 1 ;;
+esac
 """
 
 FAKE_SRUN = """#!/bin/bash
@@ -43,6 +49,9 @@ while [[ "$1" == -* ]]; do
     shift
 done
 pids=()
+# srun forwards the signals it gets to its tasks (SIGTERM here, from the batch script's trap)
+forwarded=0
+trap 'forwarded=1; kill -TERM "${pids[@]}" 2>/dev/null' TERM
 for ((node = 0; node < SLURM_NNODES; node++)); do
     own="COURSE_NODE${node}_ENV"          # this node's own variables (its GPUs), if any
     env ${!own:-} SLURM_NODEID=$node SLURM_PROCID=$node SLURM_LOCALID=0 "$@" &
@@ -65,7 +74,7 @@ while ((${#running[@]} > 0)); do
         if ((code != 0 && status == 0)); then
             status=$code
             echo "srun: a task exited with status $code" >&2
-            if ((kill_on_bad_exit)); then
+            if ((kill_on_bad_exit && !forwarded)); then
                 echo "srun: --kill-on-bad-exit: terminating the other tasks" >&2
                 kill -TERM "${pids[@]}" 2>/dev/null
             fi
@@ -97,7 +106,12 @@ def sbatch_template(name: str = "slurm_torchrun.sbatch") -> Path:
 
 
 def run_sbatch_locally(
-    script: str | os.PathLike, *, nodes: int = 2, env: dict | None = None, timeout: float = 180.0
+    script: str | os.PathLike,
+    *,
+    nodes: int = 2,
+    env: dict | None = None,
+    timeout: float = 180.0,
+    signal_when: tuple[int, Callable[[], bool]] | None = None,
 ) -> tuple[str, str]:
     """Run ``bash script`` as SLURM would on ``nodes`` nodes (all of them this machine).
 
@@ -105,9 +119,20 @@ def run_sbatch_locally(
     job is the same script run again with the same ``SLURM_JOB_ID`` and
     ``SLURM_RESTART_COUNT`` one higher: pass ``{"SLURM_RESTART_COUNT": "1"}``.
     ``MASTER_PORT`` is a free port unless given. ``GPUS_PER_NODE`` (the template's default
-    is 8) decides whether each node can have GPUs of its own here. Returns the script's
-    (stdout, stderr); raises ``runner.LauncherError`` if it fails or outlives ``timeout``.
+    is 8) decides whether each node can have GPUs of its own here.
+    signal_when: ``(signal, ready)``: send ``signal`` to the batch shell once ``ready()`` is true,
+    as SLURM does for ``--signal=B:USR1@120`` before the time limit (``ready`` stands in for the
+    clock: a training step reached, say).
+    Returns the script's (stdout, stderr); raises ``runner.LauncherError`` if it fails or
+    outlives ``timeout``.
     """
+    sent = []
+
+    def deliver(procs) -> None:
+        if signal_when is not None and not sent and signal_when[1]():
+            procs[0].send_signal(signal_when[0])  # the batch shell: `env` has exec'd bash
+            sent.append(True)
+
     with tempfile.TemporaryDirectory(prefix="course_slurm_") as shims:
         for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
             path = Path(shims) / name
@@ -126,5 +151,5 @@ def run_sbatch_locally(
             if own:
                 variables[f"COURSE_NODE{node}_ENV"] = " ".join(f"{k}={v}" for k, v in own.items())
         command = ["env", *(f"{k}={v}" for k, v in variables.items()), "bash", str(script)]
-        (outputs,), _ = runner.run_together([command], timeout)
+        (outputs,), _ = runner.run_together([command], timeout, watch=deliver)
     return outputs

@@ -30,7 +30,7 @@ aborted in 2 of 40 runs. With a ``dist.barrier()`` before the destroy it aborted
 ended by this function, in 0 of 40.
 
 Used by the course's DDP scripts: ``ddp_canonical``, ``train_ddp``, ``train_skeleton``,
-``elastic_train``.
+``elastic_train``, ``train_hybrid``.
 
 Taught in chapter 04 (section 10, the canonical script).
 """

@@ -29,7 +29,8 @@ the number of ranks).
 
 To show a failure, rank ``--kill-rank`` kills itself with SIGKILL just before step
 ``--kill-at-step``, on the first attempt only, once the checkpoints started before that step are
-complete on disk (so where the job resumes from does not depend on timing).
+complete on disk (so where the job resumes from does not depend on timing); with
+``--kill-what node`` it kills its torchrun agent first, as when a machine loses power.
 
 Devices: NCCL with one GPU per rank where each local rank has one, gloo otherwise
 (``COURSE_BACKEND=gloo`` forces gloo; ``COURSE_WIRE`` puts the modelled interconnect under it).
@@ -45,7 +46,7 @@ import signal
 import time
 from pathlib import Path
 
-from course_utils.scripts.job_events import attempt_number, log_event
+from course_utils.scripts.job_events import attempt_number, log_event, torchrun_agent
 from course_utils.scripts.rank_exit import run_without_interpreter_shutdown
 
 SYNTHETIC_ROW_GROUPS = 24  # a multiple of 1, 2, 3, 4, 6, 8 and 12 ranks
@@ -66,6 +67,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--log-every", type=int, default=10, help="steps between loss lines")
     parser.add_argument("--kill-rank", type=int, default=-1, help="rank that kills itself (-1: none)")
     parser.add_argument("--kill-at-step", type=int, default=-1, help="... just before this step")
+    parser.add_argument(
+        "--kill-what",
+        choices=["rank", "node"],
+        default="rank",
+        help="node: the rank kills its torchrun agent first, as when a whole machine dies",
+    )
     args = parser.parse_args(argv)
     if args.data is not None and args.test_data is None:
         parser.error("--data needs --test-data too (a parquet file of held-out rows)")
@@ -190,7 +197,9 @@ def train(args: argparse.Namespace) -> dict:
             if attempt == 0 and rank == args.kill_rank and step + 1 == args.kill_at_step:
                 if last_saved is not None:
                     wait_until_complete(out, last_saved)
-                log_event(out, attempt=attempt, rank=rank, event="killed", step=step + 1)
+                log_event(out, attempt=attempt, rank=rank, event="killed", step=step + 1, what=args.kill_what)
+                if args.kill_what == "node":
+                    os.kill(torchrun_agent(), signal.SIGKILL)
                 os.kill(os.getpid(), signal.SIGKILL)
             loss = train_step(model, optimizer, batch)
             step, done = step + 1, done + 1

@@ -4,8 +4,10 @@ A rank of ``ParquetBatches`` owns row groups ``rank, rank + W, ...`` and visits 
 order drawn from ``seed + epoch`` (:func:`visiting_order`). Which rows a rank has used after
 ``n`` batches therefore depends on ``W``: a job resumed on ``W' != W`` ranks that only skipped
 ``n`` batches of its *new* streams would train again on rows the old ranks already used and
-never see others (on this course's data, 60 steps resumed that way ended 0.04 of AUC below
-the run they continued, as a second pass over the same rows over-fits the embedding tables).
+never see others. On this course's synthetic data (``train_hybrid``'s defaults), a job stopped
+after 60 of 120 steps on 2 ranks and resumed that way on 4 ended with a test AUC 0.025 below the
+uninterrupted job's (0.719 against 0.743); resumed from its history, 0.006 below (0.738). Rows
+seen twice in one epoch over-fit the embedding tables.
 
 So the position in an epoch is its history: the layouts that worked on it, in order, as
 ``(world_size, rows per rank per batch, batches)``. Replaying it on the file's metadata alone
