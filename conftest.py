@@ -3,6 +3,9 @@
 * Every test carries ``chapter(n, ...)`` markers: a notebook from its file name
   (``chapters/04_ddp.ipynb``, ``solutions/chapter04.ipynb``), a test file from ``CHAPTER_OF_FILE``.
   ``pytest --chapter 4`` keeps only chapter 4's tests (``nox -s chapter -- 04``).
+* ``chapters/07a_torchrec.ipynb`` (``NEEDS_TORCHREC``) needs TorchRec, which is not a course
+  dependency: where it does not import, its cells are skipped at collection, saying why, unless
+  ``COURSE_REQUIRE_TORCHREC=1`` (``.ci/run``'s TorchRec part), where they run and fail.
 * Tests that start processes (ranks, torchrun, a kernel, a venv) carry ``launches``: every test of
   a file in ``LAUNCH_FILES``, and any other test whose own code calls one of ``LAUNCHERS`` or
   carries the marker by hand (its own code: the test, its fixtures, the functions of its module
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import multiprocessing.process
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -104,7 +108,36 @@ LAUNCHERS = re.compile(
     r"\b(launch|run_torchrun|run_together|run_elastic|run_schedules?|mp\.spawn|spawn|Popen|"
     r"subprocess\.run|check_output|start_processes|srun)\s*\("
 )
-_NOTEBOOK_CHAPTER = re.compile(r"^(?:(\d\d)_\w+|chapter(\d\d))\.ipynb$")
+_NOTEBOOK_CHAPTER = re.compile(r"^(?:(\d\d)[a-z]?_\w+|chapter(\d\d))\.ipynb$")  # 07a_x: an appendix
+# Notebooks that need TorchRec (not a course dependency), and the variable that makes it required.
+NEEDS_TORCHREC = {"07a_torchrec.ipynb"}
+REQUIRE_TORCHREC = "COURSE_REQUIRE_TORCHREC"
+
+
+def torchrec_missing() -> str | None:
+    """``None`` when torchrec imports here, else why not (one line)."""
+    try:
+        import torchrec  # noqa: F401
+    except Exception as exc:  # ImportError, or OSError from an fbgemm_gpu built for another torch
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+    return None
+
+
+def _skip_without_torchrec(items) -> None:
+    """Mark the cells of ``NEEDS_TORCHREC`` notebooks skipped where torchrec does not import (and
+    ``COURSE_REQUIRE_TORCHREC=1`` is not set: then they run, and fail saying what is missing)."""
+    needing = [item for item in items if Path(str(item.fspath)).name in NEEDS_TORCHREC]
+    if not needing or os.environ.get(REQUIRE_TORCHREC) == "1":
+        return
+    missing = torchrec_missing()
+    if missing is None:
+        return
+    skip = pytest.mark.skip(
+        reason=f"needs torchrec, not a course dependency ({missing}); appendix 07a runs in a TorchRec "
+        f"environment (its section 1; .ci/run part 4), where {REQUIRE_TORCHREC}=1 makes this a failure"
+    )
+    for item in needing:
+        item.add_marker(skip)
 
 
 def pytest_addoption(parser):
@@ -175,6 +208,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.chapter(*CHAPTER_OF_FILE[name]))
         if not found and _launches(item):
             item.add_marker(pytest.mark.launches)
+    _skip_without_torchrec(items)
     wanted, unit = config.getoption("--chapter"), config.getoption("--unit")
     if not wanted and not unit:
         return

@@ -39,6 +39,13 @@ def test_a_test_that_calls_launch_is_marked_from_its_source():
     assert not conf.LAUNCHERS.search("    x = relaunch_count + 1")
     assert conf._NOTEBOOK_CHAPTER.match("04_ddp.ipynb")[1] == "04"
     assert conf._NOTEBOOK_CHAPTER.match("chapter07.ipynb")[2] == "07"
+    assert conf._NOTEBOOK_CHAPTER.match("07a_torchrec.ipynb")[1] == "07"  # an appendix: its chapter's
+
+
+def test_the_notebooks_that_need_torchrec_exist():
+    """conftest.py skips these where TorchRec does not import: each name must be a real notebook."""
+    names = _root_conftest().NEEDS_TORCHREC
+    assert names and all((ROOT / "chapters" / name).is_file() for name in names), names
 
 
 def test_notebooks_carry_no_execution_metadata():
@@ -51,6 +58,6 @@ def test_notebooks_carry_no_execution_metadata():
     finally:
         sys.path.remove(str(ROOT / "tools"))
     notebooks = sorted([*ROOT.glob("chapters/*.ipynb"), *ROOT.glob("solutions/*.ipynb")])
-    assert len(notebooks) == 18
+    assert len(notebooks) == 19  # 9 chapters, appendix 07a, 9 worked solutions
     carrying = [p.name for p in notebooks if strip(json.loads(p.read_text()))]
     assert not carrying, f"run: python tools/strip_metadata.py {' '.join(carrying)}"

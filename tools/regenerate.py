@@ -2,6 +2,11 @@
 
     python tools/regenerate.py                    # every chapter
     python tools/regenerate.py chapters/04_ddp.ipynb
+    /path/to/torchrec-venv/bin/python tools/regenerate.py chapters/07a_torchrec.ipynb
+
+Appendix 07a needs TorchRec, which is not a course dependency: run it with the python of an
+environment that has TorchRec (07a's section 1; .ci/run's part 4 builds one). With no notebooks
+named, it is left out where TorchRec does not import, with a note saying so.
 
 Uses the same kernel (``python3``) and working directory (the notebook's own
 folder) that ``pytest --nbval`` uses, so what is stored is what the tests see.
@@ -19,6 +24,16 @@ from pathlib import Path
 from strip_metadata import strip  # tools/, beside this file
 
 CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"  # a checkout's; not in a wheel install
+NEEDS_TORCHREC = {"07a_torchrec.ipynb"}  # as conftest.py says
+
+
+def torchrec_missing() -> str | None:
+    """``None`` when torchrec imports here (and so in the kernel this python starts), else why not."""
+    try:
+        import torchrec  # noqa: F401
+    except Exception as exc:  # ImportError, or OSError from an fbgemm_gpu built for another torch
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+    return None
 
 
 def regenerate(path: Path, timeout: int = 600) -> float:
@@ -53,6 +68,20 @@ def main(argv: list[str] | None = None) -> int:
             "chapters of a checkout (git clone the course, pip install -e . in it); or name the notebooks"
         )
     paths = args.notebooks or sorted(CHAPTERS.glob("*.ipynb"))
+    needing = [p for p in paths if p.name in NEEDS_TORCHREC]
+    missing = torchrec_missing() if needing else None
+    if missing is not None:
+        if args.notebooks:
+            parser.error(
+                f"{needing[0].name} needs torchrec, which does not import here ({missing}); run this "
+                "with the python of an environment that has TorchRec (appendix 07a, section 1)"
+            )
+        for path in needing:
+            print(
+                f"{path.name}: left out, it needs torchrec ({missing}); regenerate it with a TorchRec "
+                f"environment's python: <that python> tools/regenerate.py chapters/{path.name}"
+            )
+        paths = [p for p in paths if p.name not in NEEDS_TORCHREC]
     for path in paths:
         print(f"{path.name}: ", end="", flush=True)
         print(f"executed in {regenerate(path, args.timeout):.1f} s", flush=True)

@@ -2,7 +2,7 @@
 
     python -m course_utils.scripts.torchrec_check          # in an environment that has torchrec
 
-TorchRec is not a course dependency (chapter 07's appendix says why). In an environment
+TorchRec is not a course dependency (appendix 07a says why and how to install it). In an environment
 that has it, this script shards one ``EmbeddingBagCollection`` of 3 tables with each of
 TorchRec's sharding types on 2 CPU ranks (gloo, on GPU machines too: fbgemm-gpu-cpu has CPU
 kernels only), prints the plan TorchRec's planner chose next to the course's plan of the
@@ -14,24 +14,18 @@ weights. A type TorchRec refuses on CPU is reported with TorchRec's message.
 A combination that installs beside torch 2.13.0 (torchrec and fbgemm-gpu-cpu with
 ``pip install --no-deps``): torchrec 1.8.0, fbgemm-gpu-cpu 1.8.0, tensordict, torchmetrics,
 lightning-utilities, pyre-extensions, typing-inspect, mypy-extensions, tqdm, pyvers, orjson,
-cloudpickle (the exact pins: ``.ci/run``, part 3).
+cloudpickle (the exact pins: ``.ci/run``, part 4).
 
-Taught in chapter 07 (section 10, TorchRec's sharding types).
+Taught in chapter 07 (appendix 07a, section 2: TorchRec's sharding types on CPU).
 """
 
 from __future__ import annotations
 
+from course_utils.sharding.torchrec_dlrm import describe_plan, torchrec_missing
+
 CARDS, DIM, BATCH, POOLING = [1000, 300, 50], 16, 4, 2
 TYPES = ("table_wise", "column_wise", "row_wise", "data_parallel")
-
-
-def torchrec_missing() -> str | None:
-    """``None`` when torchrec imports here, else why not (one line)."""
-    try:
-        import torchrec  # noqa: F401
-    except Exception as exc:  # ImportError, or OSError from an fbgemm_gpu built for another torch
-        return f"{type(exc).__name__}: {str(exc)[:200]}"
-    return None
+__all__ = ["torchrec_missing", "compare", "run", "report", "main"]
 
 
 def _gather_tables(model, world: int) -> list:
@@ -57,24 +51,6 @@ def _gather_tables(model, world: int) -> list:
     for table, (row, col), t in (p for rank_pieces in everyone for p in rank_pieces):
         tables[table][row : row + t.shape[0], col : col + t.shape[1]] = t.to(tables[table].device)
     return tables
-
-
-def _describe_torchrec_plan(plan) -> list[str]:
-    """One line per table of TorchRec's plan: its sharding type and each shard's rows, columns, rank."""
-    lines = []
-    for module_plan in plan.plan.values():
-        for name, p in module_plan.items():
-            spec = getattr(p.sharding_spec, "shards", None)
-            if not spec:
-                lines.append(f"{name}: {p.sharding_type} on ranks {p.ranks} (whole table)")
-                continue
-            pieces = [
-                f"rows {o[0]}:{o[0] + s[0]} cols {o[1]}:{o[1] + s[1]} on rank {m.placement.rank()}"
-                for m in spec
-                for o, s in [(m.shard_offsets, m.shard_sizes)]
-            ]
-            lines.append(f"{name}: {p.sharding_type}: " + "; ".join(pieces))
-    return lines
 
 
 def _describe_course_plan(plan) -> list[str]:
@@ -149,7 +125,7 @@ def compare(kind: str) -> dict:
     tables = _gather_tables(model, world)
     result = {
         "kind": kind,
-        "torchrec_plan": _describe_torchrec_plan(plan),
+        "torchrec_plan": describe_plan(plan),
         "vs_embedding_bag": (theirs - sharding.lookup_unsharded(tables, mine)).abs().max().item(),
     }
     if kind in sharding.SHARDING_KINDS:  # the course's lookup of the same kind, same weights and ids
@@ -190,7 +166,7 @@ def report(kinds=TYPES) -> None:
     if missing is not None:
         print(
             f"TorchRec does not import in this environment ({missing}); nothing ran.\n"
-            "In an environment that has it (the appendix names versions that work beside this torch),\n"
+            "In an environment that has it (appendix 07a names versions that work beside this torch),\n"
             "this prints, for each sharding type, the plan TorchRec's planner chose for 3 tables on\n"
             "2 CPU ranks next to the course's plan of the same kind, then the largest difference\n"
             "between TorchRec's pooled embeddings and F.embedding_bag's on the gathered tables and\n"

@@ -11,6 +11,8 @@ all-to-all), ``table_wise`` / ``row_wise`` / ``column_wise`` (the lookups), ``lo
 ``volume`` (bytes per step: formula and measurement), ``budget`` (a memory budget
 per rank, enforced), ``plot`` (the all-to-all pattern as a picture), ``runs``
 (step times of a lookup), ``hybrid`` (the hybrid-parallel DLRM: sharded tables, DDP dense part).
+``torchrec_dlrm``, ``torchrec_train`` and ``torchrec_checkpoint`` build, train and checkpoint the same
+DLRM with TorchRec (appendix 07a); TorchRec is optional, so they are imported by name, not here.
 
 Taught in chapter 07.
 """
