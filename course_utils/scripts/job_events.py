@@ -5,7 +5,7 @@ Each rank appends one JSON line per event (``started``, ``resumed``, ``step``, `
 the file each time, so a rank killed with SIGKILL loses nothing it wrote.
 ``course_utils.runtime.elastic_run`` reads the logs back (``read_events``, ``timeline``).
 
-Used by ``elastic_train`` and ``train_hybrid`` (chapter 08).
+Taught in chapter 08 (sections 5 to 7: the jobs' event logs, read back as timelines).
 """
 
 from __future__ import annotations
