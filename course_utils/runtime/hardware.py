@@ -133,6 +133,21 @@ def group_backend(backend: str) -> str:
     return "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
 
 
+def torchrun_rank_backend() -> str:
+    """In a rank that torchrun started: the backend for its process group (NCCL when each of the
+    node's ``LOCAL_WORLD_SIZE`` ranks can have a GPU; ``COURSE_BACKEND=gloo``, which stand-in nodes
+    sharing GPUs get, forces gloo), with the rank prepared for it: its GPU selected
+    (``LOCAL_RANK``) under NCCL, one CPU thread otherwise (the ranks share this machine's cores)."""
+    backend = pick_backend(
+        int(os.environ.get("LOCAL_WORLD_SIZE", "1")), os.environ.get("COURSE_BACKEND", "auto")
+    )
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    else:
+        torch.set_num_threads(1)
+    return backend
+
+
 def uses_nccl(group=None) -> bool:
     """Whether ``group`` (default: the whole world) sends CUDA tensors through NCCL."""
     return dist.is_initialized() and "nccl" in str(dist.get_backend(group))

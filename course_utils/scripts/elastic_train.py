@@ -137,20 +137,12 @@ def train(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> None:
     """Entry point under torchrun: rank, world size and meeting place come from the environment."""
     args = parse(argv)
-    import torch
     import torch.distributed as dist
 
-    from course_utils.runtime.hardware import group_backend, pick_backend
+    from course_utils.runtime.hardware import group_backend, torchrun_rank_backend
 
-    torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
-    # NCCL if each local rank has a GPU; COURSE_BACKEND=gloo (stand-in nodes sharing GPUs) forces gloo
-    backend = pick_backend(
-        int(os.environ.get("LOCAL_WORLD_SIZE", "1")), os.environ.get("COURSE_BACKEND", "auto")
-    )
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group(group_backend(backend))  # nccl: "cpu:gloo,cuda:nccl"
+    dist.init_process_group(group_backend(torchrun_rank_backend()))  # nccl: "cpu:gloo,cuda:nccl"
     try:
         train(args)
     finally:
