@@ -75,6 +75,7 @@ CHAPTER_OF_FILE = {
     "test_packaging.py": (),
     "test_chapter_budget.py": (),
     "test_chapter_layout.py": (),
+    "test_cross_references.py": (),
     "test_quiz.py": (),
     "test_quiz_figures.py": (),
     "test_solutions.py": (),

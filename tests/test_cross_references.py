@@ -1,0 +1,61 @@
+"""Every "section N" a chapter or solution names exists: in the same chapter, or in the chapter it
+names ("chapter 07, section 11", "chapter 04's section 5b", "chapter 06 (sections 9 to 12)").
+
+A section is a markdown heading that starts with its number (``## 5.``, ``### 5b.``). Solutions
+refer to their chapter's sections. Links to solutions' exercises are checked in test_solutions.py.
+"""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("*.ipynb"))
+HEADING = re.compile(r"^#{2,4}\s+(\d+[a-z]?)\.", re.M)
+REFERENCE = re.compile(
+    r"(?:[Cc]hapter (?P<chapter>\d\d[a-z]?)(?:'s|,)?\s*\(?\s*)?"
+    r"[Ss]ections? (?P<first>\d+[a-z]?)(?:\s*(?:to|and|-|,)\s*(?P<last>\d+[a-z]?))?"
+)
+
+
+def markdown(path: Path) -> list[str]:
+    return [
+        "".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown"
+    ]
+
+
+def chapter_of(path: Path) -> str:
+    """``04`` for chapters/04_ddp.ipynb and solutions/chapter04.ipynb, ``07a`` for the appendix."""
+    name = path.stem
+    return name.removeprefix("chapter") if name.startswith("chapter") else name.split("_")[0]
+
+
+SECTIONS = {
+    chapter_of(p): {m.group(1) for text in markdown(p) for m in HEADING.finditer(text)}
+    for p in sorted((ROOT / "chapters").glob("*.ipynb"))
+}
+
+
+def test_headings_are_found():
+    assert {"1", "5", "8"} <= SECTIONS["08"] and "5b" in SECTIONS["04"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_section_reference_resolves(path):
+    wrong = []
+    for text in markdown(path):
+        for m in REFERENCE.finditer(text):
+            chapter = m.group("chapter") or chapter_of(path)
+            for number in filter(None, (m.group("first"), m.group("last"))):
+                if chapter in SECTIONS and number not in SECTIONS[chapter]:
+                    where = text[max(0, m.start() - 50) : m.end()]
+                    wrong.append(f"...{where!r}: chapter {chapter} has no section {number}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_wrong_reference_is_caught():
+    text = "as chapter 08, section 12 showed"
+    m = REFERENCE.search(text)
+    assert m.group("chapter") == "08" and m.group("first") == "12" and "12" not in SECTIONS["08"]
