@@ -174,7 +174,10 @@ _DGX_H100 = (
     "NVIDIA DGX H100 datasheet: NVLink 4 at 900 GB/s per GPU both directions (450 GB/s each way), "
     "eight ConnectX-7 400 Gb/s ports, one per GPU"
 )
-_NCCL = "nccl-tests all_reduce_perf on 8xH100 SXM reports 460-480 GB/s bus bandwidth at large sizes"
+_NCCL = (
+    "NCCL all_reduce_perf on 8xH100 SXM: about 370 GB/s bus bandwidth with rings, about 480 GB/s with NVLS "
+    "(in-switch reduction), at large sizes (github.com/NVIDIA/nccl-tests/issues/212)"
+)
 
 #: Published networks, in real seconds (apply ``Wire.scaled`` before use on this machine).
 #: Every rank stands for one node unless ``ranks_per_node`` is given (``preset(...)``); the
