@@ -56,6 +56,7 @@ CHAPTER_OF_FILE = {
     "test_model_parallel.py": (5,),
     "test_tensor_parallel.py": (5,),
     "test_activation_memory.py": (5,),
+    "test_fsdp.py": (5,),
     "test_pipeline_executor.py": (6,),
     "test_pipeline_from_torch.py": (6,),
     "test_pipeline_plain.py": (6,),

@@ -2,7 +2,10 @@
 
 * ``vertical``: whole layers per device (``VerticalSplit``, ``partition_sequential``, the
   ``.cuda(n)`` idiom), embedding tables placed per device, a split model under DDP;
-* ``tensor_parallel``: one layer split across ranks (column- then row-parallel);
+* ``tensor_parallel``: one layer split across ranks (column- then row-parallel, Megatron's
+  ``f`` and ``g``); ``torch_tp``: the same with PyTorch's ``parallelize_module``;
+* ``fsdp``: sharded data parallelism with ``fully_shard`` (FSDP2); ``training_memory``: bytes
+  per parameter by precision and ZeRO stage;
 * ``activation_memory``: what autograd keeps for backward, counted.
 
     from course_utils.model_parallel import VerticalSplit, partition_sequential
@@ -11,6 +14,7 @@ Taught in chapter 05.
 """
 
 from course_utils.model_parallel.vertical import (
+    TwoGPUSplit,
     VerticalSplit,
     ddp_split_gradients,
     lookup_placed,
@@ -21,6 +25,7 @@ from course_utils.model_parallel.vertical import (
 
 __all__ = [
     "VerticalSplit",
+    "TwoGPUSplit",
     "partition_sequential",
     "rank_devices",
     "ddp_split_gradients",

@@ -13,7 +13,14 @@ The collectives sit in three small autograd functions, each with its backward:
 forward, keep this rank's slice backward). Column-parallel then row-parallel (the
 Megatron-LM MLP) needs no collective between the two layers.
 
-Taught in chapter 05 (section 5, inter-operation vs intra-operation parallelism).
+Megatron-LM (Shoeybi et al. 2019, "Megatron-LM: Training Multi-Billion Parameter Language
+Models Using Model Parallelism", section 3, figure 3) calls the two collectives of that MLP
+``f`` and ``g``: ``f`` is ``CopyToRanks`` (identity forward, all_reduce backward), applied to
+the column-parallel layer's input; ``g`` is ``SumOverRanks`` (all_reduce forward, identity
+backward), applied to the row-parallel layer's partial outputs. ``MegatronMLP`` writes that
+MLP with ``f`` and ``g`` in plain sight.
+
+Taught in chapter 05 (section 6, inter-operation vs intra-operation parallelism).
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ __all__ = [
     "GatherColumns",
     "ColumnParallelLinear",
     "RowParallelLinear",
+    "f",
+    "g",
+    "MegatronMLP",
 ]
 
 
@@ -71,8 +81,22 @@ class SumOverRanks(torch.autograd.Function):
         return grad
 
 
+def f(x: torch.Tensor) -> torch.Tensor:
+    """Megatron-LM's ``f``: identity forward, all_reduce of dL/dx backward (``CopyToRanks``)."""
+    return CopyToRanks.apply(x)
+
+
+def g(partial: torch.Tensor) -> torch.Tensor:
+    """Megatron-LM's ``g``: all_reduce (sum) forward, identity backward (``SumOverRanks``)."""
+    return SumOverRanks.apply(partial)
+
+
 class GatherColumns(torch.autograd.Function):
-    """Forward: all_gather the ranks' [B, out/w] slices into [B, out]. Backward: keep own slice."""
+    """Forward: all_gather the ranks' [B, out/w] slices into [B, out]. Backward: keep own slice.
+
+    Keeping only this rank's slice of dL/dy is right because every rank computes the same loss
+    from the same full y, so every rank holds the same full dL/dy (Megatron assumes the same).
+    """
 
     @staticmethod
     def forward(ctx, part):
@@ -123,3 +147,42 @@ class RowParallelLinear(nn.Module):
             x = shard(CopyToRanks.apply(x), -1)
         y = SumOverRanks.apply(nn.functional.linear(x, self.weight))
         return y + self.bias if self.bias is not None else y
+
+
+class MegatronMLP(nn.Module):
+    """The Megatron-LM MLP on ``w`` ranks: ``Z = act(X A) B`` with ``A`` split by columns and
+    ``B`` by rows, so that each rank computes its slice of the hidden layer on its own.
+
+    ``first``: ``nn.Linear(d, h)`` (A), ``second``: ``nn.Linear(h, d_out)`` (B); the hidden
+    size ``h`` must divide by ``w``. Each rank keeps ``first``'s rows r*h/w .. (r+1)*h/w
+    (a ``ColumnParallelLinear`` without gather) and ``second``'s matching columns (a
+    ``RowParallelLinear`` on a sharded input). forward: x [B, d], the same on every rank
+    -> [B, d_out] on every rank: one all_reduce forward (``g``), one backward (``f``).
+    """
+
+    def __init__(self, first: nn.Linear, second: nn.Linear, activation=torch.relu):
+        super().__init__()
+        hidden, world = first.out_features, dist.get_world_size()
+        # details: a hidden size the ranks cannot share evenly is refused, with the fix
+        if second.in_features != hidden:
+            raise ValueError(
+                f"first layer gives {hidden} features but the second takes {second.in_features}: "
+                "the second Linear's in_features must equal the first's out_features"
+            )
+        if hidden % world:
+            multiple = -(-hidden // world) * world
+            raise ValueError(
+                f"hidden size {hidden} is not divisible by the tensor-parallel degree {world}: "
+                f"use a hidden size that is a multiple of {world} (e.g. {multiple}), "
+                f"or a number of ranks that divides {hidden}"
+            )
+        # end details
+        self.column = ColumnParallelLinear(first, gather_output=False)  # A's rows: [h/w, d]
+        self.row = RowParallelLinear(second, input_is_sharded=True)  # B's columns: [d_out, h/w]
+        self.activation = activation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = f(x)  # identity; backward: all_reduce dL/dx
+        hidden = self.activation(nn.functional.linear(x, self.column.weight, self.column.bias))
+        out = g(nn.functional.linear(hidden, self.row.weight))  # sum the ranks' partial products
+        return out + self.row.bias if self.row.bias is not None else out

@@ -117,6 +117,27 @@ class VerticalSplit(nn.Module):
         return pd.DataFrame(rows).set_index("part")
 
 
+class TwoGPUSplit(nn.Module):
+    """The two-GPU idiom as written for real GPUs: ``model`` cut in two halves, the first
+    moved with ``.cuda(first)``, the second with ``.cuda(second)``, and the activation moved
+    in ``forward``. Needs two CUDA GPUs (``VerticalSplit`` runs the same idea on any devices).
+
+    forward: x [B, ...] on any device -> output on ``cuda:<second>``. ``.to()`` is recorded
+    by autograd, so backward copies the gradient from the second GPU back to the first.
+    """
+
+    def __init__(self, model: nn.Sequential, first: int = 0, second: int = 1):
+        super().__init__()
+        part0, part1 = partition_sequential(model, 2)
+        self.first, self.second = first, second
+        self.part0 = part0.cuda(first)  # same as .to(f"cuda:{first}")
+        self.part1 = part1.cuda(second)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.part0(x.to(f"cuda:{self.first}"))
+        return self.part1(x.to(f"cuda:{self.second}"))  # the hop: the activation moves to the second GPU
+
+
 # --- data parallel over a split model ------------------------------------------------------
 
 

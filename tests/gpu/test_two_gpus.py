@@ -192,3 +192,30 @@ def test_two_local_nodes_get_distinct_gpus_and_nccl():
     )
     assert [r["backend"] for r in run.reports] == ["cpu:gloo,cuda:nccl"] * 2
     assert run.reports[0]["fingerprint"] == run.reports[1]["fingerprint"]
+
+
+def test_cuda_n_split_equals_one_gpu():
+    """The chapter's ``.cuda(0)`` / ``.cuda(1)`` split (``TwoGPUSplit``): same loss and gradients
+    as the whole model on one GPU, each gradient on its parameter's GPU."""
+    from course_utils.model_parallel import TwoGPUSplit
+
+    def make(seed=0):
+        torch.manual_seed(seed)
+        return nn.Sequential(*[nn.Sequential(nn.Linear(256, 256), nn.ReLU()) for _ in range(4)])
+
+    torch.manual_seed(1)
+    x, y = torch.randn(64, 256), torch.randn(64, 256)
+    whole = make().cuda(0)
+    loss_whole = nn.functional.mse_loss(whole(x.cuda(0)), y.cuda(0))
+    loss_whole.backward()
+    split = TwoGPUSplit(make(), 0, 1)
+    assert {p.device for p in split.part0.parameters()} == {torch.device("cuda", 0)}
+    assert {p.device for p in split.part1.parameters()} == {torch.device("cuda", 1)}
+    out = split(x)
+    assert out.device == torch.device("cuda", 1)
+    loss_split = nn.functional.mse_loss(out, y.to(out.device))
+    loss_split.backward()
+    assert abs(loss_split.item() - loss_whole.item()) < 1e-5
+    for p, q in zip(nn.Sequential(split.part0, split.part1).parameters(), whole.parameters(), strict=True):
+        assert p.grad.device == p.device
+        torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), atol=1e-5, rtol=1e-5)
