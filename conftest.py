@@ -66,6 +66,7 @@ CHAPTER_OF_FILE = {
     "test_explorers.py": (2, 6, 7),
     "test_sharding.py": (7,),
     "test_hybrid.py": (7,),
+    "test_sparse_optim.py": (7,),
     "test_torchrec.py": (7,),
     "test_checkpoint.py": (8,),
     "test_checkpoint_async.py": (8,),
