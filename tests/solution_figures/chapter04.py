@@ -1,22 +1,8 @@
 """Sources of the numbers in solutions/chapter04.ipynb's prose (see tests/figure_sources.py)."""
 
-
-def gradient_mib() -> float:
-    """MiB of float32 gradients of the chapter's DLRM (all its parameters)."""
-    from course_utils.workload import data
-    from course_utils.workload.models import DLRMConfig
-
-    model = DLRMConfig(data.make_click_logs(75_000, seed=0).cardinalities).build()
-    return sum(p.numel() * 4 for p in model.parameters()) / 2**20
-
-
 FIGURES = {
     1: {"20": InChapter("largest weight difference after")},  # noqa: F821  section 4's 20 SGD steps
     2: {"11": Exempt("a section number of the chapter (section 11, Join)")},  # noqa: F821
-    3: {
-        "36": InChapter("all-reduces per step"),  # noqa: F821  naive DDP's messages per step
-        "2.2": Computed(gradient_mib),  # noqa: F821
-    },
     4: {"25": Exempt("torch DDP's default bucket_cap_mb, a documented constant")},  # noqa: F821
     5: {
         "30": InChapter("same lr"),  # noqa: F821  steps per epoch at w = 8 (section 12's table)
