@@ -91,14 +91,18 @@ def step_seconds(
     timed (buckets are rebuilt after the first).
     Returns ``{"seconds": {label: median step seconds, the slowest rank's},
     "bucket_bytes": {label: [bytes per all-reduce of a step]},
-    "parameters": {label: [this rank's final parameters]}}``, and with a ``"none"`` variant
-    ``"backward"``: its median backward seconds (this rank's). ``also_on_gloo``: every variant
-    also runs, in turn, on a plain gloo group of the same ranks, its medians in ``"on_gloo"``.
+    "parameters": {label: [this rank's final parameters]},
+    "waits": {label: median seconds a rank still waited for its averaged gradients once backward
+    was done (``finish_gradient_sync``; the slowest rank's), for the by-hand kinds}}``, and with a
+    ``"none"`` variant ``"backward"``: its median backward seconds (this rank's). ``also_on_gloo``:
+    every variant also runs, in turn, on a plain gloo group of the same ranks, its medians in
+    ``"on_gloo"``. (torch's DDP finishes its sync inside ``backward()`` itself, so it has no wait.)
     """
     networks = {"default": None}
     if also_on_gloo:
         networks["gloo"] = dist.new_group(backend="gloo")
     times = {(net, label): [] for label in variants for net in networks}  # each variant on both, in turn
+    waits = {label: [] for label, (kind, _) in variants.items() if kind in ("naive", "bucketed")}
     buckets, parameters, backward = {}, {}, []
     device = rank_device()
     g = torch.Generator().manual_seed(dist.get_rank())
@@ -120,20 +124,30 @@ def step_seconds(
                 if kind == "none" and step >= 2 and net == "default":
                     synchronize(device)
                     backward.append(time.monotonic() - backward_start)
+                backward_end = time.monotonic()
                 if kind in ("naive", "bucketed"):
-                    model.finish_gradient_sync()
+                    model.finish_gradient_sync()  # naive: sends everything now; bucketed: waits for the rest
+                    synchronize(device)
+                waited = time.monotonic() - backward_end
                 opt.step()
                 synchronize(device)
-                took = torch.tensor([time.monotonic() - start], dtype=torch.float64, device=device)
+                took = torch.tensor([time.monotonic() - start, waited], dtype=torch.float64, device=device)
                 dist.all_reduce(took, op=dist.ReduceOp.MAX)
                 if step >= 2:
-                    times[net, label].append(took.item())
+                    times[net, label].append(took[0].item())
+                    if label in waits and net == "default":
+                        waits[label].append(took[1].item())
             if net == "default":
                 buckets[label] = _bucket_bytes(model, kind)
                 parameters[label] = [p.detach().clone() for p in model.parameters()]
     medians = {key: statistics.median(ts) for key, ts in times.items()}
     seconds = {label: medians["default", label] for label in variants}
-    result = {"seconds": seconds, "bucket_bytes": buckets, "parameters": parameters}
+    result = {
+        "seconds": seconds,
+        "bucket_bytes": buckets,
+        "parameters": parameters,
+        "waits": {label: statistics.median(ws) for label, ws in waits.items()},
+    }
     if also_on_gloo:
         result["on_gloo"] = {label: medians["gloo", label] for label in variants}
     if backward:

@@ -170,6 +170,14 @@ def quiet_dcp_storage_warning() -> None:
 # --- private torch APIs, one function each ---------------------------------------------------
 
 
+def sparse_indices_and_values(t):
+    """A sparse COO tensor's indices ``[sparse dims, nnz]`` and values ``[nnz, ...]`` as stored,
+    coalesced or not: ``Tensor._indices()`` and ``_values()`` (torch 2.9 to 2.15). The public
+    ``indices()``/``values()`` refuse an uncoalesced tensor, and a sparse gradient straight from
+    backward is one (one row per lookup, repeats included)."""
+    return t._indices(), t._values()
+
+
 def cuda_compiled() -> bool:
     """Whether this torch was built with CUDA (or ROCm), without initialising CUDA:
     ``torch.cuda._is_compiled()``. (``torch.cuda.is_available()`` would initialise the driver,

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from course_utils.runtime import compat
 from course_utils.runtime.checks import check_choice
 from course_utils.workload.data import Batch, ClickLogs
 from course_utils.workload.models import DLRM
@@ -109,7 +110,8 @@ def tensor_bytes(t: torch.Tensor) -> int:
     """Bytes a tensor's data occupies: ``numel * element_size``; a sparse COO tensor's indices
     (``[ndim_sparse, nnz]`` int64) plus its values (``[nnz, D]``)."""
     if t.is_sparse:
-        return tensor_bytes(t._indices()) + tensor_bytes(t._values())
+        indices, values = compat.sparse_indices_and_values(t)
+        return tensor_bytes(indices) + tensor_bytes(values)
     return t.numel() * t.element_size()
 
 
