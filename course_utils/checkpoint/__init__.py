@@ -27,7 +27,8 @@ Modules: ``replicated`` (rank-0 save, load, the resumable sampler, the training 
 ``sharded`` (DCP save and load of a model that lists its pieces: ``ShardedModel``),
 ``app_state`` (``AppState``), ``position`` (``GlobalPositionSampler``), ``background``
 (blocking or asynchronous DCP saves, and the run that measures them), ``interval`` (how
-often to save: Young and Daly's interval).
+often to save: Young and Daly's interval), ``job`` (the production job's checkpoint: sharded
+state, progress, data position) and ``random_state`` (each rank's generators).
 
 Taught in chapter 08.
 """

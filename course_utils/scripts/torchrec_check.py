@@ -21,7 +21,7 @@ Taught in chapter 07 (appendix 07a, section 2: TorchRec's sharding types on CPU)
 
 from __future__ import annotations
 
-from course_utils.sharding.torchrec_dlrm import describe_plan, torchrec_missing
+from course_utils.sharding.torchrec_dlrm import describe_plan, require_torchrec, torchrec_missing
 
 CARDS, DIM, BATCH, POOLING = [1000, 300, 50], 16, 4, 2
 TYPES = ("table_wise", "column_wise", "row_wise", "data_parallel")
@@ -190,12 +190,10 @@ def report(kinds=TYPES) -> None:
 
 
 def main() -> None:
-    missing = torchrec_missing()
-    if missing is not None:
-        raise SystemExit(
-            f"torchrec does not import here ({missing}); "
-            "see this script's docstring for a combination that works beside torch 2.13"
-        )
+    try:
+        require_torchrec()
+    except RuntimeError as missing:
+        raise SystemExit(str(missing)) from None
     report()
 
 

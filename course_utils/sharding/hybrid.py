@@ -31,6 +31,7 @@ from course_utils.ddp import settle_ddp_buckets
 from course_utils.runtime.hardware import rank_device
 from course_utils.workload.data import Batch, ClickLogs
 from course_utils.workload.data.loaders import InMemoryBatches, MapBatches
+from course_utils.workload.global_auc import gather_predictions
 from course_utils.workload.metrics import scores
 from course_utils.workload.models import DLRM, DLRMConfig
 from course_utils.workload.train import History, fit, make_optimizer, predict
@@ -177,14 +178,9 @@ def evaluate_hybrid(model: HybridDLRM, data: ClickLogs, batch_size: int = 8192) 
             f"use a multiple of {world}"
         )
     share = len(data) // world
-    device = rank_device()  # NCCL gathers CUDA tensors only
-    mine = torch.from_numpy(predict(model, data[rank * share : (rank + 1) * share], batch_size // world)).to(
-        device
-    )
-    everyone = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(everyone, mine)
-    probs = torch.cat(everyone).cpu().numpy()
-    return scores(data.label, probs)
+    probs = predict_own_rows(model, data[rank * share : (rank + 1) * share], batch_size // world)
+    labels, probs = gather_predictions(data.label[rank * share : (rank + 1) * share], probs)
+    return scores(labels, probs)
 
 
 def train_hybrid(
