@@ -5,7 +5,9 @@ assume a checkout.
 installs it into a fresh venv that borrows this venv's packages (torch, jupyter) through a ``.pth``
 file but not its editable install, and from a folder outside the checkout runs with that venv's
 python: the quiz, ``show_source``, ``launch``, ``run_torchrun`` and chapter 00 as a notebook.
-Select or skip it with ``-m wheel`` / ``-m "not wheel"`` (about a minute).
+``test_solutions_run_from_a_temporary_directory`` runs worked solutions 05-08 there under nbval.
+Select or skip them with ``-m wheel`` / ``-m "not wheel"`` (about a minute, and two for the
+solutions).
 """
 
 import json
@@ -17,6 +19,7 @@ import sysconfig
 import textwrap
 import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -113,8 +116,19 @@ CHECKS = textwrap.dedent(
 WHICH_PYTHON = "import sys, course_utils\nprint(sys.executable)\nprint(course_utils.__file__)"
 
 
-@pytest.mark.wheel
-def test_the_course_runs_from_its_wheel(tmp_path):
+class WheelVenv(NamedTuple):
+    """A venv with the course's wheel installed (and this venv's torch & co. borrowed), and the
+    environment to run its python with: its bin first on PATH, no PYTHONPATH."""
+
+    wheel: Path
+    venv: Path
+    python: Path
+    env: dict
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory) -> WheelVenv:
+    tmp_path = tmp_path_factory.mktemp("wheel")
     wheels = tmp_path / "wheels"
     _run(
         # with build isolation: pip brings pyproject's build requirements (setuptools>=64), as a
@@ -126,10 +140,6 @@ def test_the_course_runs_from_its_wheel(tmp_path):
         300,
     )
     (wheel,) = wheels.glob("*.whl")
-    shipped = sorted(
-        Path(n).name for n in zipfile.ZipFile(wheel).namelist() if n.startswith("course_utils/quiz_files/")
-    )
-    assert shipped == QUIZ_FILES != [], "the wheel must carry quiz/*.md as package data"
 
     # a venv without the editable install: this venv's site-packages by a .pth file, for torch & co.
     venv = tmp_path / "venv"
@@ -144,11 +154,21 @@ def test_the_course_runs_from_its_wheel(tmp_path):
         tmp_path,
         120,
     )
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "COURSE_QUIZ_DIR"}}
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])
+    return WheelVenv(wheel, venv, python, env)
+
+
+@pytest.mark.wheel
+def test_the_course_runs_from_its_wheel(wheel_venv, tmp_path):
+    wheel, venv, python, env = wheel_venv
+    shipped = sorted(
+        Path(n).name for n in zipfile.ZipFile(wheel).namelist() if n.startswith("course_utils/quiz_files/")
+    )
+    assert shipped == QUIZ_FILES != [], "the wheel must carry quiz/*.md as package data"
 
     work = tmp_path / "work"  # outside the checkout, with nothing of the course in it
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "COURSE_QUIZ_DIR"}}
-    env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])
     found = json.loads(_run([python, "-c", CHECKS], work, 240, env).stdout.strip().splitlines()[-1])
 
     assert Path(found["executable"]).parent == venv / "bin"
@@ -183,3 +203,36 @@ def test_the_course_runs_from_its_wheel(tmp_path):
     executable, course_utils_file = "".join(code[-1]["outputs"][0]["text"]).split()
     assert Path(executable).parent == venv / "bin" and Path(course_utils_file).is_relative_to(venv)
     assert sorted(p.name for p in work.iterdir()) == ["chapter00.ipynb"]  # no clone of the course
+
+
+# The worked solutions that start ranks, torchrun jobs and files of their own: none may reach for
+# the checkout (a ../benchmarks script, a relative path into chapters/).
+SOLUTIONS_FROM_THE_WHEEL = ["chapter05.ipynb", "chapter06.ipynb", "chapter07.ipynb", "chapter08.ipynb"]
+
+
+@pytest.mark.wheel
+def test_solutions_run_from_a_temporary_directory(wheel_venv, tmp_path):
+    """Solutions 05-08 under nbval, their stored outputs compared, run by the wheel venv's python
+    from a folder that holds only the notebooks and the sanitizer: what a learner who installed
+    the course with pip and downloaded a solution gets. A last cell in each asserts that its
+    kernel is that venv's python and imported the wheel's course_utils."""
+    _, venv, python, env = wheel_venv
+    work = tmp_path / "work"
+    work.mkdir()
+    whose = (
+        "import sys, course_utils\n"
+        f"assert sys.executable.startswith({str(venv)!r}), sys.executable\n"
+        f"assert course_utils.__file__.startswith({str(venv)!r}), course_utils.__file__"
+    )
+    for name in SOLUTIONS_FROM_THE_WHEEL:
+        notebook = json.loads((ROOT / "solutions" / name).read_text())
+        notebook["cells"].append(
+            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": whose}
+        )
+        (work / name).write_text(json.dumps(notebook))
+    shutil.copy(ROOT / "tests" / "sanitize.cfg", work / "sanitize.cfg")
+    nbval = [python, "-m", "pytest", "--nbval", "-q", "-p", "no:cacheprovider", "--rootdir", str(work)]
+    nbval += ["--nbval-sanitize-with", "sanitize.cfg", "--nbval-cell-timeout=300", *SOLUTIONS_FROM_THE_WHEEL]
+    done = _run(nbval, work, 900, env)
+    assert " passed" in done.stdout and "failed" not in done.stdout, done.stdout[-2000:]
+    assert sorted(p.name for p in work.iterdir() if p.suffix == ".ipynb") == SOLUTIONS_FROM_THE_WHEEL
