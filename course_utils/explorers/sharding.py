@@ -101,6 +101,7 @@ def draw_sharding(**knobs):
     ranks = range(len(view.memory_per_rank))
     right.bar(ranks, [b / GIB for b in view.memory_per_rank], color="C3" if not view.fits else "C4")
     right.axhline(view.budget_bytes / GIB, color="k", ls="--", label="budget per rank")
+    right.set_xticks(list(ranks))  # whole ranks, not matplotlib's fractional ticks
     right.set_xlabel("rank")
     right.set_ylabel("GiB of weights + grads + optimizer")
     right.set_title(f"{chosen.replace('_', '-')}: {'fits' if view.fits else 'does NOT fit'}", fontsize=9)
