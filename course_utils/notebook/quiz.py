@@ -12,9 +12,11 @@ In a notebook::
     quiz.ask(4)                     # shows chapter 4's questions
     quiz.check(4, "BCAD ABCD")      # grades them, explains every answer
 
-The folder can be moved with ``COURSE_QUIZ_DIR`` or ``quiz_dir=``. ``load`` parses
-and cross-checks both files; every problem raises ``ValueError`` naming the file
-and question.
+The folder can be moved with ``COURSE_QUIZ_DIR`` or ``quiz_dir=``. ``load`` parses each file
+(``quiz_parse``) and cross-checks the two; every problem raises ``ValueError`` naming the file
+and question. The two-file layout, a questions file and an answers file per chapter, is the one
+of the end-of-chapter quizzes in Maicon Melo Alves, *Accelerate Model Training with PyTorch 2.X*
+(Packt, 2024); ``quiz/chapter01-answers.md`` says which of its questions the course covers.
 
 Not taught in a chapter: every chapter ends with its quiz, ``quiz.ask(NN)``.
 """
@@ -27,34 +29,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+# Question and Quiz are re-exported: quiz.load returns them
+from course_utils.notebook.quiz_parse import OPTIONS, QUESTIONS_PER_CHAPTER, Question, Quiz, parse  # noqa: F401
 from course_utils.notebook.show import in_kernel
-
-QUESTIONS_PER_CHAPTER = 8
-OPTIONS = ("A", "B", "C", "D")
-_TITLE = re.compile(r"#\s+Chapter\s+(\d+)\s+[-\u2013\u2014]\s+(\S.*)")
-_QUESTION = re.compile(r"###\s+(\d+)\.\s+(\S.*)")
-_OPTION = re.compile(r"(?:[-*]\s+)?(\*\*)?([A-Z])\.(?:\*\*)?\s+(\S.*)")  # "A. x", "**A. x**", "- A. x"
-
-
-@dataclass(frozen=True)
-class Question:
-    """One question: its number, text, lines shown before the options, options, answer."""
-
-    number: int
-    text: str
-    body: str  # explanatory lines or a code block, "" if none
-    options: dict[str, str]  # letter -> option text (inline markdown kept)
-    answer: str = ""  # the right letter (from the answers file)
-    explanation: str = ""
-
-
-@dataclass(frozen=True)
-class Quiz:
-    """A chapter's quiz: ``chapter`` number, ``title`` and its questions in order."""
-
-    chapter: int
-    title: str
-    questions: tuple[Question, ...]
 
 
 @dataclass(frozen=True)
@@ -122,61 +99,6 @@ def chapter_number(chapter: int | str) -> int:
     return int(m[1])
 
 
-def _parse(path: Path) -> tuple[int, str, list[Question], dict[int, list[str]]]:
-    """Parse one quiz file: chapter, title, questions, and the bold letters of each question."""
-    lines = path.read_text(encoding="utf-8-sig").splitlines()
-    title = _TITLE.fullmatch(lines[0].strip()) if lines else None
-    if not title:
-        raise ValueError(f"{path.name}: the first line must be '# Chapter NN - Title'")
-    blocks: list[dict] = []
-    fenced = False  # inside a ``` code block
-    for line in lines[1:]:
-        s = line.strip()
-        heading, option = not fenced and _QUESTION.fullmatch(s), not fenced and _OPTION.fullmatch(s)
-        fenced ^= s.startswith(("```", "~~~"))
-        if heading:
-            blocks.append(
-                dict(number=int(heading[1]), text=heading[2], body=[], options={}, bold=[], after=[])
-            )
-        elif not blocks:
-            continue  # text before the first question is ignored
-        elif option and not blocks[-1]["after"]:
-            b, letter, text = blocks[-1], option[2], option[3]
-            if letter in b["options"]:
-                raise ValueError(f"{path.name}, question {b['number']}: option {letter} appears twice")
-            if option[1]:  # **B. text** or **B.** text
-                b["bold"].append(letter)
-                text = text[:-2].rstrip() if text.endswith("**") else text
-            b["options"][letter] = text
-        elif blocks[-1]["options"]:
-            if s or blocks[-1]["after"]:
-                blocks[-1]["after"].append(line.rstrip())  # after the options: explanation
-        else:
-            blocks[-1]["body"].append(line.rstrip())  # between heading and options
-    questions = []
-    for i, b in enumerate(blocks, start=1):
-        where = f"{path.name}, question {b['number']}"
-        if b["number"] != i:
-            raise ValueError(f"{where}: questions must be numbered 1, 2, 3, ... in order (expected {i})")
-        if tuple(b["options"]) != OPTIONS:
-            raise ValueError(
-                f"{where}: expected options {', '.join(OPTIONS)}, one per line, in that "
-                f"order; found {', '.join(b['options']) or 'none'}"
-            )
-        answer = b["bold"][0] if len(b["bold"]) == 1 else ""
-        questions.append(
-            Question(
-                b["number"],
-                b["text"],
-                "\n".join(b["body"]).strip("\n"),
-                b["options"],
-                answer,
-                "\n".join(b["after"]).strip(),
-            )
-        )
-    return int(title[1]), title[2], questions, {b["number"]: b["bold"] for b in blocks}
-
-
 def load(chapter: int | str, quiz_dir: str | os.PathLike | None = None) -> Quiz:
     """Parse and cross-check a chapter's two quiz files; ``ValueError`` names any problem.
 
@@ -197,7 +119,7 @@ def load(chapter: int | str, quiz_dir: str | os.PathLike | None = None) -> Quiz:
         )
     if not afile.is_file():
         raise ValueError(f"{afile.name} is missing: add it next to {qfile.name}")
-    (qn, qtitle, asked, qbold), (an, atitle, answered, abold) = _parse(qfile), _parse(afile)
+    (qn, qtitle, asked, qbold), (an, atitle, answered, abold) = parse(qfile), parse(afile)
     for path, num, found in ((qfile, qn, asked), (afile, an, answered)):
         if num != n:
             raise ValueError(f"{path.name}: the heading says chapter {num}, expected {n}")

@@ -33,11 +33,14 @@ FIGURES = {
         "80": InChapter("fits in 80 GB?"),
     },
     2: {"99.99": Computed(_share_in_embeddings)},
+    3: {
+        "2.56": Computed(lambda: 10_000_000 * 64 * 4 / 1e9),  # the weights, in GB
+        "10.24": Computed(lambda: 4 * 10_000_000 * 64 * 4 / 1e9),  # weights, gradients, two moments
+    },
     4: {
         "4,373,472,329": Computed(_rows_1tb),
         "87,500": Computed(lambda: _rows_1tb() / 50_000, rel=0.001),
         "24.3": Computed(lambda: _rows_1tb() / 50_000 / 3600),
         "1.2": Computed(lambda: _rows_1tb() / 3600 / 1e6),
     },
-    6: {"45": Computed(lambda: _mlperf("adam").loc["embeddings", "training_total"] / 8 / GiB)},
 }
