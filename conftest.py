@@ -79,6 +79,7 @@ CHAPTER_OF_FILE = {
     "test_chapter_layout.py": (),
     "test_cross_references.py": (),
     "test_quiz.py": (),
+    "test_quiz_balance.py": (),
     "test_quiz_figures.py": (),
     "test_solutions.py": (),
     "test_stress_tool.py": (),

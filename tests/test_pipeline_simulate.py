@@ -159,8 +159,11 @@ def test_quiz_06_numbers():
     assert gpipe_bubble_fraction(4, 12) == 0.2  # Q2
     assert simulate(one_f_one_b(4, 8)).peak_activations()[0] == 4  # Q3
     assert simulate(gpipe(4, 8)).peak_activations()[0] == 8  # Q3
-    assert interleaved_bubble_ratio(4, 8, 2) == 3 / 16  # Q4
+    assert interleaved_bubble_ratio(4, 12, 2) == 3 / 24  # Q4
     assert simulate(zero_bubble_h1(4, 8)).idle(0) == 3 and simulate(one_f_one_b(4, 8)).idle(0) == 9  # Q5
+    action = {m: Costs(F=8 / m + 0.5, B=0, W=0) for m in (2, 4, 8, 16)}  # Q8: 8 ms of work, 0.5 ms per action
+    forward_ms = {m: simulate(gpipe(2, m), [cost] * 2).makespan for m, cost in action.items()}
+    assert forward_ms == {2: 13.5, 4: 12.5, 8: 13.5, 16: 17.0}
 
 
 def test_unequal_stages_the_slowest_sets_the_pace():
