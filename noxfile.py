@@ -3,9 +3,11 @@
     nox -l                          # the sessions
     nox -s lint                     # ruff check and ruff format --check, at CI's pinned version
     nox -s unit                     # tests that start no process and run no notebook (< 1 min)
-    nox -s chapter -- 04            # chapter 04's tests, its notebook and its worked solution (nbval)
-    nox -s regenerate -- 04         # re-execute chapter 04 and its solution, outputs stored
-    nox -s stress -- 04 [--runs N]  # chapter 04's notebook N times in a row (tools/stress.py)
+    nox -s chapter -- 04            # chapter 04's tests, notebooks and worked solution (nbval)
+    nox -s regenerate -- 04         # re-execute chapter 04's notebooks and solution, outputs stored
+    nox -s stress -- 04 [--runs N]  # chapter 04's notebooks N times in a row (tools/stress.py)
+
+A chapter's notebooks are its main path and its appendices (``04a_...``).
     nox -s ci                       # .ci/run, exactly as CI runs it (it builds its own venvs)
 
 Sessions reuse their venv (``reuse_venv``); ``nox -R`` skips the install step too. torch is
@@ -46,7 +48,8 @@ def _chapter(session: nox.Session) -> str:
 
 
 def _notebooks(number: str) -> list[str]:
-    found = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(f"chapters/{number}_*.ipynb"))
+    """The chapter's notebook, its appendices (``07a_...``) and its worked solution."""
+    found = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(f"chapters/{number}[a-z_]*.ipynb"))
     solution = ROOT / "solutions" / f"chapter{number}.ipynb"
     return found + ([str(solution.relative_to(ROOT))] if solution.exists() else [])
 
@@ -78,18 +81,21 @@ def chapter(session: nox.Session) -> None:
 
 @nox.session
 def regenerate(session: nox.Session) -> None:
-    """Re-execute a chapter and its worked solution in place (tools/regenerate.py)."""
+    """Re-execute a chapter, its appendices and its worked solution in place (tools/regenerate.py).
+    Appendix 07a is left out: its outputs come from a TorchRec environment (README)."""
     number = _chapter(session)
     _install(session)
-    session.run("python", "tools/regenerate.py", *_notebooks(number))
+    session.run("python", "tools/regenerate.py", *[n for n in _notebooks(number) if "07a_torchrec" not in n])
 
 
 @nox.session
 def stress(session: nox.Session) -> None:
-    """A chapter's notebook run again and again (tools/stress.py; default 10 runs)."""
+    """A chapter's notebooks (with its appendices) run again and again (tools/stress.py; default 10
+    runs). Appendix 07a's cells are skipped where TorchRec does not import."""
     number = _chapter(session)
     _install(session)
-    session.run("python", "tools/stress.py", *session.posargs[1:], *_notebooks(number)[:1])
+    notebooks = [n for n in _notebooks(number) if n.startswith("chapters/")]
+    session.run("python", "tools/stress.py", *session.posargs[1:], *notebooks)
 
 
 @nox.session(venv_backend="none")

@@ -22,6 +22,8 @@ from typing import Protocol
 
 import torch
 
+from course_utils.runtime import compat
+
 __all__ = [
     "ShardedModel",
     "checkpoint_entries",
@@ -71,9 +73,8 @@ def save_sharded(model, optimizer, path: str | os.PathLike, progress: dict | Non
 
     state = sharded_state_dict(model, optimizer)
     state.update({f"progress/{k}": torch.tensor(v) for k, v in (progress or {}).items()})
-    with warnings.catch_warnings():  # torch 2.9's DCP writer calls tensor.storage() itself
-        warnings.filterwarnings("ignore", message="TypedStorage is deprecated", category=UserWarning)
-        dcp.save(state, checkpoint_id=str(path))
+    compat.quiet_dcp_storage_warning()
+    dcp.save(state, checkpoint_id=str(path))
 
 
 def load_sharded(model, optimizer, path: str | os.PathLike) -> dict:
