@@ -88,6 +88,7 @@ CHAPTER_OF_FILE = {
     "test_chapters.py": (),
     "test_one_gpu.py": (),
     "test_two_gpus.py": (),
+    "test_data_parallel_gpus.py": (),
 }
 
 # Files whose tests start processes throughout (ranks, torchrun, kernels, venvs).

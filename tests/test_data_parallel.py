@@ -1,5 +1,7 @@
 """DataParallel by hand (course_utils.data_parallel) against single-device training and nn.DataParallel."""
 
+import itertools
+
 import pytest
 import torch
 from torch import nn
@@ -107,6 +109,42 @@ def test_errors_name_the_problem():
 
     with pytest.raises(RuntimeError, match="replica 0 on cpu failed: KeyError"):
         DataParallelByHand(Broken(), CPU2)(torch.ones(4, 2))
+
+
+def train_sgd(model, logs, steps, batch_size=1024, lr=0.1):
+    """Chapter 03's loop: SGD on the first ``steps`` batches, where the model's parameters are.
+    ``model`` may be wrapped (``nn.DataParallel``, ``DataParallelByHand``). Returns the losses."""
+    home = next(model.parameters()).device
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
+    for b in itertools.islice(logs.batches(batch_size), steps):
+        loss = bce(model(b.dense.to(home), b.sparse.to(home)), b.label.to(home))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.skipif(gpu_count() > 0, reason="the CPU twin of tests/gpu/test_data_parallel_gpus.py")
+def test_nn_data_parallel_without_gpus_trains_the_module_itself(logs):
+    """Chapter 03's usage cell on a machine without GPUs: the same weights as the plain model."""
+    plain, inner = small_dlrm(), small_dlrm()
+    wrapped = nn.DataParallel(inner)
+    assert wrapped.device_ids == [] and wrapped.module is inner
+    assert train_sgd(wrapped, logs, steps=5, batch_size=256) == train_sgd(
+        plain, logs, steps=5, batch_size=256
+    )
+    assert max_difference(plain.state_dict(), inner.state_dict()) == 0
+
+
+def test_by_hand_trains_as_one_device_with_the_chapters_loop(logs):
+    """The CPU twin of the GPU test: DataParallelByHand over two CPU stand-ins, chapter 03's loop."""
+    one, two = small_dlrm(), DataParallelByHand(small_dlrm(), CPU2)
+    assert train_sgd(two, logs, steps=8, batch_size=256) == pytest.approx(
+        train_sgd(one, logs, steps=8, batch_size=256), abs=1e-6
+    )
+    assert max_difference(one.state_dict(), two.module.state_dict()) < 1e-6
 
 
 def test_nn_data_parallel_on_cpu_only_calls_the_module():

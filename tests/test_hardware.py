@@ -200,6 +200,7 @@ class _FakeNVML:
 )
 def test_nvml_names_the_gpus_cuda_would_number(monkeypatch, visible, names):
     monkeypatch.setattr(nvml, "_library", _FakeNVML)
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # mixed models: CUDA numbers them as NVML does
     if visible is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
@@ -207,6 +208,24 @@ def test_nvml_names_the_gpus_cuda_would_number(monkeypatch, visible, names):
     found = nvml.visible_gpus()
     assert [g.name for g in found] == names
     assert all(g.memory_bytes in (80 << 30, 15 << 30) for g in found)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"CUDA_VISIBLE_DEVICES": "MIG-4d8a2c1e-0000-0000-0000-000000000000"},  # an instance, not a GPU
+        {"CUDA_VISIBLE_DEVICES": "0,1"},  # mixed models, CUDA's default order: the fastest first
+    ],
+)
+def test_nvml_leaves_to_cuda_what_it_may_number_differently(monkeypatch, env):
+    """None (gpu_names then asks CUDA in a child process) rather than a name in the wrong place."""
+    monkeypatch.setattr(nvml, "_library", _FakeNVML)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert nvml.visible_gpus() is None
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    assert (nvml.visible_gpus() is None) == env["CUDA_VISIBLE_DEVICES"].startswith("MIG-")
 
 
 def test_nvml_without_a_driver_says_so(monkeypatch):

@@ -361,3 +361,27 @@ def test_a_native_death_reported_after_its_peer_still_names_the_signal(tmp_path)
     assert "killed by signal SIGABRT" in error.message and "rank(s) [0] then lost" in error.message, str(
         error
     )
+
+
+# --- start method and the plain torchrun script of chapter 00 ----------------
+
+
+def test_auto_forks_on_linux_and_spawns_on_macos(monkeypatch):
+    """On macOS Python itself spawns by default (fork is unsafe there): ``auto`` follows it."""
+    from course_utils.runtime.launcher import api
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert api._start_method("auto") == "fork"
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert api._start_method("auto") == "spawn"
+    assert api._start_method("fork") == "fork"  # asked for by name: as asked
+
+
+def test_the_plain_torchrun_hello_world_sums_the_ranks():
+    from course_utils.runtime import runner
+
+    command = runner.LAUNCHERS["torchrun"] + ["--standalone", "--nproc-per-node", "3"]
+    [(printed, _)], _ = runner.run_together(
+        [command + ["-m", "course_utils.scripts.hello_world"]], timeout=120
+    )
+    assert sorted(printed.splitlines()) == [f"hello from rank {r} of 3: all_reduce gave 6" for r in range(3)]

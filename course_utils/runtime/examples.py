@@ -3,7 +3,7 @@
 Functions defined in a notebook cell work with ``launch`` under fork; these are
 for the cases that need an importable function (spawn, ``mp.spawn``, scripts).
 
-Taught in chapter 00 (section 3: a launch timed on ``sum_of_ranks``).
+Taught in chapter 00 (appendix 00a, section 4: launches timed on ``sum_of_ranks``).
 """
 
 from __future__ import annotations

@@ -94,12 +94,19 @@ def visible_gpus() -> list[GPUInfo] | None:
     """The GPUs this process's CUDA would number ``cuda:0, cuda:1, ...``; None if NVML can't say.
 
     Honours ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs). Does not initialise
-    CUDA, so the process can still fork CUDA workers afterwards.
+    CUDA, so the process can still fork CUDA workers afterwards. None also where NVML's
+    answer may not be CUDA's: a MIG instance in ``CUDA_VISIBLE_DEVICES`` (NVML lists whole
+    GPUs), or GPUs of different models without ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (CUDA numbers
+    the fastest first, NVML by PCI bus).
     """
     lib = _library()
-    if lib is None:
+    setting = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if lib is None or any(e.strip().startswith("MIG-") for e in (setting or "").split(",")):
         return None
     try:
-        return _visible(_all_gpus(lib), os.environ.get("CUDA_VISIBLE_DEVICES"))
+        gpus = _all_gpus(lib)
     except (OSError, AttributeError):
         return None
+    if len({g.name for g in gpus}) > 1 and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+        return None
+    return _visible(gpus, setting)

@@ -1,6 +1,7 @@
 """``launch``: run a function on N ranks from a notebook, on torchrun's own engine.
 
-Taught in chapter 00 (what ``launch`` does, ``run_rank``) and chapter 02 (beside ``torchrun``).
+Taught in chapter 00 (``launch``) and appendix 00a (how it starts ranks, ``run_rank``);
+chapter 02 puts it beside ``torchrun``.
 
     from course_utils import launch
     results = launch(fn, *args, world_size=2, timeout=60)    # fn(*args) on every rank, in rank order

@@ -7,8 +7,8 @@ down when one fails. ``launch`` calls that same engine with a Python function
 as the entry point, and adds what a notebook needs:
 
 * fork start (a function defined in a cell just works, and starts fast), or
-  spawn once CUDA is initialised (the function sent by value with cloudpickle,
-  so a cell's function works there too);
+  spawn once CUDA is initialised, and on macOS (the function sent by value with
+  cloudpickle, so a cell's function works there too);
 * the process group already initialised in each rank (``"cpu:gloo,cuda:nccl"``
   under NCCL, so CPU tensors work too), one CPU thread per rank;
 * results returned with every tensor on the CPU;
@@ -17,7 +17,8 @@ as the entry point, and adds what a notebook needs:
 * a rank that hangs -> ``LaunchTimeoutError`` after ``timeout`` naming it;
 * no worker process left alive, whatever happens (error, timeout, Ctrl-C).
 
-Taught in chapter 00 (what ``launch`` does) and chapter 02 (beside ``torchrun``).
+Taught in chapter 00 (``launch``), appendix 00a (fork or spawn, ``_start_method``) and
+chapter 02 (beside ``torchrun``).
 """
 
 from __future__ import annotations
@@ -109,11 +110,21 @@ def _spawn_payload(fn, args: tuple, backend: str) -> bytes:
 
 
 def _start_method(requested: str) -> str:
+    """``"fork"`` or ``"spawn"``: ``requested``, or for ``"auto"`` fork only where it is safe.
+
+    A process that has initialised CUDA cannot fork ranks that use it, and on macOS Python
+    itself spawns by default (since 3.8: its system libraries may start threads that a
+    forked child does not get).
+    """
     if requested not in ("auto", "fork", "spawn"):
         raise ValueError(f"start_method must be 'auto', 'fork' or 'spawn', got {requested!r}")
     method = requested
     if method == "auto":
-        fork_ok = "fork" in mp.get_all_start_methods() and not torch.cuda.is_initialized()
+        fork_ok = (
+            "fork" in mp.get_all_start_methods()
+            and sys.platform != "darwin"
+            and not torch.cuda.is_initialized()
+        )
         method = "fork" if fork_ok else "spawn"
     return method
 

@@ -8,7 +8,7 @@ leaves small marker files in ``run_dir`` that the parent reads:
 ``rank<r>.pid`` (started), ``rank<r>.done`` (returned), ``rank<r>.error``
 (the user's traceback).
 
-Taught in chapter 00 (``run_rank`` is shown in "What `launch` does").
+Taught in chapter 00 (appendix 00a, section 3: ``run_rank``).
 """
 
 from __future__ import annotations
