@@ -63,7 +63,7 @@ def test_torch_ddp_first_iteration_has_one_bucket_with_every_gradient():
 
 def test_canonical_script_pads_evaluation_rows_and_the_exact_split_matches_one_process():
     run = runner.run_torchrun(
-        "course_utils.scripts.ddp_canonical",
+        "course_utils.scripts.ddp_canonical_os_exit",  # ddp_canonical.main, then os._exit
         nproc_per_node=2,
         timeout=180,
         args=["--rows", "1000", "--epochs", "1"],

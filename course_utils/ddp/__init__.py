@@ -10,7 +10,16 @@
 * ``runs``: what the chapter measures: step times of the variants, run side by side (what
   buckets save), and single process vs DataParallel vs DDP on the same model and data.
 
-Taught in chapter 04 (chapter 03's threads against processes: ``course_utils.data_parallel.gil``).
+For appendix 04a, one module per practice, imported by name (``from course_utils.ddp import
+mixed_precision``): ``in_backward`` (the sync inside ``backward()``, ``no_sync``'s placement),
+``mixed_precision`` (autocast, a loss scaler with ``no_sync``, clipping after the sync),
+``rank_agreement`` (seeds and gradient norms across ranks), ``comm_hooks`` (fp16/bf16 and PowerSGD,
+their bytes), ``sparse_tables`` (sparse embedding gradients under DDP), ``evaluation`` (the exact
+AUC across ranks), ``input_pipeline`` (a rank's DataLoader for a GPU), ``overlap``, ``options``
+and ``uneven``.
+
+Taught in chapter 04 and its appendix 04a (chapter 03's threads against processes:
+``course_utils.data_parallel.gil``).
 """
 
 from course_utils.ddp.bucketed import Bucket, BucketedDDP, make_buckets, settle_ddp_buckets

@@ -10,7 +10,7 @@ global batches four ways and returns one row per way: samples/s, wall time, CPU
 time of the busiest process, and the AUC and log loss the model reaches;
 ``plot_comparison`` draws it.
 
-Taught in chapter 04 (section 5, buckets timed against naive and torch DDP; section 11, single
+Taught in chapter 04 (section 5, buckets timed against naive and torch DDP; section 13, single
 process vs DataParallel vs DDP).
 """
 
@@ -87,11 +87,9 @@ def compare_single_dp_ddp(
     with one_torch_thread():
         # the same global batches as 2 DDP ranks: DataParallel's 2 replicas get exactly the ranks' rows
         runs = {
-            "single process": [train_single(train, model_config, settings, 2, test)],
+            "single process": [train_single(train, model_config, settings, 2, test, live=False)],
             "DataParallel by hand (2 threads)": [
-                train_single(
-                    train, model_config, settings, 2, test, parallel=_data_parallel, desc="DataParallel"
-                )
+                train_single(train, model_config, settings, 2, test, parallel=_data_parallel, live=False)
             ],
         }
         for name, kind in (("DDP by hand (2 processes)", "bucketed"), ("torch DDP (2 processes)", "torch")):

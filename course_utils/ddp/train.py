@@ -218,6 +218,7 @@ def train_single(
     desc: str = "single process",
     parallel=None,
     device: torch.device | str | None = None,
+    live: bool = True,
 ) -> History:
     """Train in this process on the global batches of ``world_size`` ranks (see ``global_loader``).
 
@@ -227,7 +228,8 @@ def train_single(
     and batches live on ``device``, by default where rank 0 of ``world_size`` ranks
     would train (``devices(world_size)[0]``: ``cuda:0`` when every rank gets a GPU,
     else the CPU), so the twin runs on the device of the runs it is compared with.
-    Returns a History like ``ddp_worker``'s; a live progress line shows in a notebook.
+    Returns a History like ``ddp_worker``'s. ``live``: a progress line while it trains (in a
+    notebook, an output area updated in place and emptied at the end).
     """
     model = model_config.build(seed=settings.model_seed)
     if parallel is not None:
@@ -239,7 +241,7 @@ def train_single(
     loader = global_loader(
         data, world_size, settings.per_rank_batch(world_size), settings.seed, settings.in_memory
     )
-    return _run(model, loader, settings, eval_data, device, desc=desc, live=True)
+    return _run(model, loader, settings, eval_data, device, desc=desc, live=live)
 
 
 def max_difference(state_a: dict, state_b: dict) -> float:

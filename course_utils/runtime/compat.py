@@ -25,7 +25,8 @@ other use), each wrapped in a function that says what it reaches and why no publ
 * ``cuda_compiled()``, ``gpu_count_from_driver()``: GPUs counted without initialising CUDA;
 * ``import_dynamo()``: ``torch._dynamo``, imported ahead of the forked ranks;
 * ``ddp_ignore(module, names)``, ``ddp_bucket_sizes(ddp_model)``: DDP's ignored parameters,
-  and its gradient buckets as its logger records them;
+  and its gradient buckets as its logger records them; ``queue_autograd_callback(fn)``: code run
+  at the end of a backward pass, as DDP's reducer finishes its sync;
 * ``computes_pipeline_order(cls)``, ``pipeline_order(cls, p, m, v)``: the action lists of
   torch's zero-bubble schedules, computed without processes;
 * ``module_tree_copy(module, device)``, ``set_parameter(module, name, tensor)``: a module's
@@ -53,6 +54,7 @@ __all__ = [
     "cuda_compiled",
     "ddp_bucket_sizes",
     "ddp_ignore",
+    "queue_autograd_callback",
     "fix_init_handshake",
     "gpu_count_from_driver",
     "import_dynamo",
@@ -223,6 +225,16 @@ def ddp_bucket_sizes(ddp_model) -> dict[str, list[int]]:
         return [int(part) for part in str(logged.get(key, "")).split(",") if part.strip()]
 
     return {"first": sizes("bucket_sizes"), "rebuilt": sizes("rebuilt_bucket_sizes")}
+
+
+def queue_autograd_callback(callback) -> None:
+    """Run ``callback()`` once the autograd engine has finished the backward pass now running
+    (call it from inside backward, e.g. from a gradient hook): what DDP's C++ reducer does to
+    finish its gradient sync inside ``loss.backward()``
+    (``torch/csrc/distributed/c10d/reducer.cpp``: ``queue_callback`` of ``finalize_backward``).
+    ``Variable._execution_engine.queue_callback``, private in every supported torch (2.9.1 to
+    2.13); no public call runs code at the end of a backward."""
+    torch.autograd.Variable._execution_engine.queue_callback(callback)
 
 
 def computes_pipeline_order(cls) -> bool:

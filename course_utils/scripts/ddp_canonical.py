@@ -17,7 +17,11 @@ the last rows out. The exact metric splits the rows without padding (rank ``r`` 
 the sum of losses and the count. Each rank writes ``DIR/rank<R>.json``; rank 0 also writes
 ``DIR/model.pt`` and checks the held-out log loss of one process on all rows.
 
-Taught in chapter 04 (section 10, the canonical script).
+The chapter runs it through ``ddp_canonical_os_exit``, which calls this ``main`` and then ends the
+process without Python's shutdown: on CPUs (gloo) a finished rank can abort while the
+interpreter exits (pytorch/pytorch#190489; chapter 04's footnote to section 8).
+
+Taught in chapter 04 (section 8, PyTorch's canonical DDP script).
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
-from course_utils.scripts.rank_exit import run_without_interpreter_shutdown
 from course_utils.workload.models import DLRMConfig
 
 
@@ -143,4 +146,4 @@ def summed_loss_local(model: nn.Module, rows: TensorDataset, device: torch.devic
 
 
 if __name__ == "__main__":
-    run_without_interpreter_shutdown(main)  # why: rank_exit's docstring
+    main()

@@ -1,0 +1,150 @@
+"""DDP communication hooks: send fewer bytes per step (fp16 / bf16 compression, PowerSGD).
+
+A communication hook replaces what DDP does with each gradient bucket (by default: divide by
+the world size, all-reduce, ``default_hooks.allreduce_hook``). ``model.register_comm_hook(state,
+hook)``, before the first step, with a hook from ``torch.distributed.algorithms.ddp_comm_hooks``:
+
+* ``fp16_compress_hook`` / ``bf16_compress_hook``: cast the bucket to 16 bits, all-reduce, cast
+  back into the float32 bucket: half the bytes, at the price of the gradients' low bits
+  (bfloat16 keeps float32's range and 8 bits of mantissa; float16 10 bits and a narrow range).
+  torch refuses to register ``bf16_compress_hook`` on a torch built without CUDA and NCCL 2.10
+  (``DistributedDataParallel._check_comm_hook`` checks the build, by the hook's name, not the
+  group's backend); ``bf16_hook`` here does the same cast and runs on every build and backend.
+* ``powerSGD_hook`` (Vogels et al., NeurIPS 2019): each ``n x m`` gradient matrix is sent as two
+  thin factors, ``P [n, r]`` and ``Q [m, r]``, all-reduced one after the other, with the error of
+  the approximation kept locally and added to the next step's gradient (error feedback). Bytes
+  per matrix: ``4 r (n + m)`` instead of ``4 n m``; vectors (biases) and, before
+  ``start_powerSGD_iter``, everything go uncompressed.
+
+``tap_all_reduce`` counts the bytes each ``dist.all_reduce`` call of this process is given (every
+hook above sends through it), so a run reports what went on the wire, exactly. ``hook_traffic``
+trains the same tower under each hook and returns those bytes and the step times; under a wire
+(``launch(..., wire=...)``) the times are the modeled network's. (PowerSGD starts its second
+all-reduce from the callback of its first; the wire completes an operation from the thread that
+would have to run that callback, so PowerSGD is timed on plain gloo and priced by the model.)
+
+Taught in chapter 04 (appendix 04a, section 4).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+from torch.nn.parallel import DistributedDataParallel
+
+from course_utils.ddp.overlap import tower
+
+__all__ = ["bf16_hook", "HOOKS", "tap_all_reduce", "powersgd_bytes", "hook_traffic"]
+
+
+def bf16_hook(process_group, bucket):
+    """``bf16_compress_hook``'s work on any build: the bucket cast to bfloat16 and divided by the
+    world size, all-reduced, written back into the float32 bucket. (No annotations: DDP checks
+    them against ``dist.GradBucket``.)"""
+    group = process_group if process_group is not None else dist.group.WORLD
+    buffer = bucket.buffer()
+    compressed = buffer.to(torch.bfloat16).div_(group.size())
+    future = dist.all_reduce(compressed, group=group, async_op=True).get_future()
+
+    def decompress(fut):
+        buffer.copy_(fut.value()[0])
+        return buffer
+
+    return future.then(decompress)
+
+
+def _powersgd(rank: int):
+    def make():
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=2, use_error_feedback=True
+        )
+        return state, powerSGD_hook.powerSGD_hook
+
+    return make
+
+
+#: name -> a function returning (state, hook) for ``register_comm_hook``
+HOOKS = {
+    "float32 (DDP's default)": lambda: (None, default_hooks.allreduce_hook),
+    "fp16_compress_hook": lambda: (None, default_hooks.fp16_compress_hook),
+    "bf16 (bf16_hook)": lambda: (None, bf16_hook),
+    "PowerSGD, rank 1": _powersgd(1),
+}
+
+
+@contextlib.contextmanager
+def tap_all_reduce(calls: list):
+    """Within the block, append the bytes of every tensor given to ``dist.all_reduce`` (in this
+    process) to ``calls``; the call itself is unchanged. (DDP's hooks call ``dist.all_reduce``
+    through the module, so the tap sees them; DDP's built-in C++ all-reduce does not.)"""
+    original = dist.all_reduce
+
+    def counted(tensor, *args, **kwargs):
+        calls.append(tensor.numel() * tensor.element_size())
+        return original(tensor, *args, **kwargs)
+
+    dist.all_reduce = counted
+    try:
+        yield calls
+    finally:
+        dist.all_reduce = original
+
+
+def powersgd_bytes(model: nn.Module, rank: int, min_compression_rate: float = 2) -> int:
+    """What PowerSGD sends per step once compressing, by the formula: ``4 r (n + m)`` bytes per
+    ``[n, m]`` float32 matrix worth compressing (``r (n + m) x min_compression_rate < n m``, torch's
+    ``_should_compress`` rule), ``4 n m`` per other matrix and ``4 n`` per vector (sent as is)."""
+    total = 0
+    for p in model.parameters():
+        n, m = p.shape[0], p[0].numel() if p.dim() > 1 else 1
+        compress = p.dim() > 1 and rank * (n + m) * min_compression_rate < n * m
+        total += 4 * (rank * (n + m) if compress else n * m)
+    return total
+
+
+def hook_traffic(
+    names=tuple(HOOKS), width: int = 128, depth: int = 8, rows: int = 256, steps: int = 6
+) -> dict:
+    """On every rank (call through ``launch``): SGD steps of ``tower(width, depth)`` with torch's DDP
+    under each hook of ``names``. The first two steps are not counted (buckets are rebuilt after
+    the first; PowerSGD compresses from the third).
+
+    Returns ``{name: {"bytes": bytes given to all_reduce per step, "calls": all-reduces per step,
+    "sizes": the bytes of each all-reduce of the last step, "seconds": median step, the slowest
+    rank's, "weights": this rank's flat parameters [n]}}``.
+    """
+    g = torch.Generator().manual_seed(dist.get_rank())
+    x, y = torch.randn(rows, width, generator=g), torch.randn(rows, 1, generator=g)
+    out = {}
+    for name in names:
+        model = DistributedDataParallel(tower(width, depth))
+        model.register_comm_hook(*HOOKS[name]())
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        calls, seconds = [], []
+        for step in range(steps + 2):
+            dist.barrier()
+            start, before = time.monotonic(), len(calls)
+            with tap_all_reduce(calls):
+                nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            took = torch.tensor([time.monotonic() - start], dtype=torch.float64)
+            dist.all_reduce(took, op=dist.ReduceOp.MAX)
+            if step < 2:
+                del calls[before:]
+            else:
+                seconds.append(took.item())
+        out[name] = {
+            "bytes": sum(calls) // steps,
+            "calls": len(calls) // steps,
+            "sizes": calls[-(len(calls) // steps) :],
+            "seconds": statistics.median(seconds),
+            "weights": torch.cat([p.detach().reshape(-1) for p in model.parameters()]),
+        }
+    return out

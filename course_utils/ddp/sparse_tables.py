@@ -1,0 +1,71 @@
+"""Embedding tables with sparse gradients under DDP: the safe route, and what it sends.
+
+An ``nn.EmbeddingBag(N, D)`` gets a dense ``[N, D]`` gradient each step, almost all zeros, and
+DDP all-reduces all of it: ``4 N D`` bytes a step whatever the batch touched. Built with
+``sparse=True`` its gradient is a sparse COO tensor, one row per lookup
+(``course_utils.workload.sparse_optim``, chapter 07 section 1). What the backends do with it:
+
+* **NCCL** has no sparse all-reduce: "NCCL does not support all_reduce with sparse tensors"
+  (``ProcessGroupNCCL``). On GPUs a sparse gradient goes through a gloo group, on the CPU.
+* **gloo** has one (it all-gathers every rank's indices and values and adds them), and DDP uses
+  it when a sparse gradient arrives. But DDP starts it in one of gloo's worker threads while the
+  backward pass goes on, beside the dense bucket's all-reduce in the other, and on torch 2.13
+  (CPU, 2 cores) that overlap now and then corrupted the heap: a rank died with SIGSEGV or
+  SIGABRT in ``malloc`` called from ``AsyncSparseAllreduceWork``, in 2 of 20 launches of 2000
+  steps (``benchmarks/sparse_ddp_overlap.py``, which measures it on your torch).
+
+The safe route: DDP averages the dense layers only (``compat.ddp_ignore`` takes the table out of
+DDP), and the table's sparse gradient is averaged once ``backward()`` has returned, with nothing
+else running (``course_utils.checkpoint.background.average_sparse_gradient``: one blocking
+``all_reduce`` of the sparse tensor, then a division by the world size); 0 of 50 launches failed.
+The other safe route is a dense table: DDP all-reduces its ``[N, D]`` gradient like any other.
+
+``sparse_or_dense`` trains the same table both ways and returns the weights and the bytes.
+
+Taught in chapter 04 (appendix 04a, section 5).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from course_utils.checkpoint.background import BigTableModel, average_sparse_gradient
+from course_utils.runtime import compat
+from course_utils.workload.sparse_optim import tensor_bytes
+
+__all__ = ["sparse_or_dense"]
+
+
+def sparse_or_dense(rows: int = 20_000, dim: int = 16, batch: int = 64, bag: int = 4, steps: int = 5) -> dict:
+    """On every rank (call through ``launch``): ``steps`` SGD steps of ``BigTableModel(rows, dim)``
+    on this rank's ``[batch, bag]`` id bags, two ways:
+
+    * ``"dense"``: the table without ``sparse=True``; DDP all-reduces its ``[rows, dim]`` gradient;
+    * ``"sparse, averaged after backward"``: ``sparse=True``, the table left out of DDP, its gradient
+      averaged by ``average_sparse_gradient`` after ``backward()``.
+
+    Returns ``{way: {"weights": this rank's table [rows, dim], "table gradient bytes": this rank's,
+    at the last step (sparse: indices and values, before the average)}}``.
+    """
+    generator = torch.Generator().manual_seed(dist.get_rank())
+    ids = [torch.randint(rows, (batch, bag), generator=generator) for _ in range(steps)]
+    out = {}
+    for way in ("dense", "sparse, averaged after backward"):
+        module = BigTableModel(rows, dim, seed=0)
+        sparse = way != "dense"
+        module.table.sparse = sparse  # EmbeddingBag reads it at every forward
+        if sparse:
+            compat.ddp_ignore(module, ["table.weight"])  # DDP averages the head only
+        model = DistributedDataParallel(module)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        for step_ids in ids:
+            optimizer.zero_grad(set_to_none=True)
+            model(step_ids).square().mean().backward()
+            sent = tensor_bytes(module.table.weight.grad)
+            if sparse:
+                average_sparse_gradient(module.table.weight)  # after backward, nothing else running
+            optimizer.step()
+        out[way] = {"weights": module.table.weight.detach().clone(), "table gradient bytes": sent}
+    return out

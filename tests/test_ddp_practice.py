@@ -1,0 +1,126 @@
+"""DDP in practice (appendix 04a): the sync inside backward, no_sync's placement, mixed precision
+with a loss scaler, seeds and norms across ranks, communication hooks' bytes, sparse tables, the
+exact AUC, and the input pipeline. Each compared with what must hold, on 2 gloo ranks."""
+
+import numpy as np
+import pytest
+import torch
+
+from course_utils import launch
+from course_utils.ddp import (
+    comm_hooks,
+    evaluation,
+    in_backward,
+    input_pipeline,
+    mixed_precision,
+    rank_agreement,
+)
+from course_utils.ddp.overlap import tower
+from course_utils.workload.metrics import auc
+
+
+def _sync_in_backward_equals_explicit_finish():
+    import torch.distributed as dist
+
+    g = torch.Generator().manual_seed(dist.get_rank())
+    x = torch.randn(32, 64, generator=g)
+    grads = {}
+    for cls in (in_backward.BucketedDDP, in_backward.SyncInBackward):
+        model = cls(tower(64, 4), bucket_cap_mb=0.01, first_bucket_cap_mb=0.01)
+        for _ in range(3):  # the buckets are rebuilt after the first
+            model.zero_grad(set_to_none=True)
+            model(x).square().mean().backward()
+            model.finish_gradient_sync()  # SyncInBackward: nothing left to do
+        grads[cls.__name__] = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    return grads
+
+
+def test_sync_inside_backward_gives_the_averaged_gradients_of_an_explicit_finish():
+    ranks = launch(_sync_in_backward_equals_explicit_finish, world_size=2, timeout=60)
+    assert torch.equal(ranks[0]["SyncInBackward"], ranks[0]["BucketedDDP"])
+    assert torch.equal(ranks[0]["SyncInBackward"], ranks[1]["SyncInBackward"])
+
+
+def test_no_sync_takes_effect_on_the_forward_it_wraps():
+    ranks = launch(in_backward.no_sync_placements, world_size=2, timeout=60)
+    counts = {k: v["all_reduces"] for k, v in ranks[0].items()}
+    assert counts == {"forward and backward": 1, "backward only": 2, "last forward inside": 1}
+    apart = {k: (ranks[0][k]["weights"] - ranks[1][k]["weights"]).abs().max().item() for k in counts}
+    assert apart["forward and backward"] == 0 and apart["backward only"] == 0
+    assert apart["last forward inside"] > 1e-4  # the last micro-batch was never averaged
+    same = (ranks[0]["backward only"]["weights"] - ranks[0]["forward and backward"]["weights"]).abs().max()
+    assert same < 1e-6  # averaging is linear: only the messages differ
+
+
+def test_mixed_precision_with_a_scaler_keeps_ranks_identical_and_near_float32():
+    ranks = launch(mixed_precision.train_amp, world_size=2, timeout=60)
+    assert ranks[0]["dtype"] == "bfloat16"
+    assert torch.equal(ranks[0]["amp"]["weights"], ranks[1]["amp"]["weights"])
+    assert ranks[0]["amp"]["norms"] == ranks[1]["amp"]["norms"]  # clipped after the sync: one norm
+    gap = (ranks[0]["amp"]["weights"] - ranks[0]["float32"]["weights"]).abs().max().item()
+    assert 0 < gap < 5e-3
+    assert ranks[0]["scale"] == 65536.0  # no inf/NaN: the scale was never cut
+    assert max(ranks[0]["float32"]["norms"]) > 0.25  # clipping did clip
+
+
+def test_seeds_and_gradient_norms_across_ranks():
+    ranks = launch(rank_agreement.seeds_and_norms, world_size=2, timeout=60)
+    shared, own = ranks[0]["per rank"], ranks[1]["per rank"]
+    assert shared["weight before"] != own["weight before"] and shared["weight after"] == own["weight after"]
+    assert torch.equal(ranks[0]["shared"]["mask"], ranks[1]["shared"]["mask"])
+    assert not torch.equal(ranks[0]["per rank"]["mask"], ranks[1]["per rank"]["mask"])
+    assert ranks[0]["norm before sync"] != ranks[1]["norm before sync"]
+    assert ranks[0]["norm after sync"] == ranks[1]["norm after sync"]
+
+
+def test_hooks_send_the_bytes_their_formulas_say():
+    ranks = launch(comm_hooks.hook_traffic, world_size=2, timeout=120)
+    full = sum(p.numel() * 4 for p in tower(128, 8).parameters())
+    sent = {k: v["bytes"] for k, v in ranks[0].items()}
+    assert sent["float32 (DDP's default)"] == full
+    assert sent["fp16_compress_hook"] == sent["bf16 (bf16_hook)"] == full // 2
+    assert sent["PowerSGD, rank 1"] == comm_hooks.powersgd_bytes(tower(128, 8), 1)
+    for name in sent:
+        assert torch.equal(ranks[0][name]["weights"], ranks[1][name]["weights"]), name
+
+
+def test_powersgd_formula_leaves_thin_matrices_uncompressed():
+    assert comm_hooks.powersgd_bytes(torch.nn.Linear(128, 1), 1) == 4 * (128 + 1)
+    assert comm_hooks.powersgd_bytes(torch.nn.Linear(128, 128), 2) == 4 * (2 * 256 + 128)
+
+
+def test_sparse_table_averaged_after_backward_equals_dense_ddp():
+    ranks = launch(evaluation_free_sparse, world_size=2, timeout=60)
+    dense, sparse = ranks[0]["dense"], ranks[0]["sparse, averaged after backward"]
+    assert torch.equal(dense["weights"], sparse["weights"])
+    assert torch.equal(sparse["weights"], ranks[1]["sparse, averaged after backward"]["weights"])
+    assert dense["table gradient bytes"] == 2000 * 8 * 4
+    assert sparse["table gradient bytes"] == 16 * 3 * (8 + 8 * 4)  # one row per lookup: id + values
+
+
+def evaluation_free_sparse():
+    from course_utils.ddp import sparse_tables
+
+    return sparse_tables.sparse_or_dense(rows=2000, dim=8, batch=16, bag=3, steps=3)
+
+
+@pytest.mark.parametrize("split", ["stride", "by column"])
+def test_exact_auc_equals_one_process_and_the_mean_of_ranks_does_not(split):
+    rng = np.random.default_rng(0)
+    prob = rng.uniform(0, 0.5, 4000)
+    labels = (rng.uniform(size=4000) < prob).astype(np.float64)
+    scores = prob + rng.normal(0, 0.05, 4000)
+    key = None if split == "stride" else prob
+    ranks = launch(evaluation.auc_two_ways, labels, scores, key, world_size=2, timeout=60)
+    assert ranks[0]["exact AUC"] == ranks[1]["exact AUC"] == pytest.approx(auc(labels, scores), abs=1e-12)
+    gap = abs(ranks[0]["mean of per-rank AUCs"] - ranks[0]["exact AUC"])
+    assert gap > 0.05 if split == "by column" else gap < 0.02
+
+
+def test_persistent_workers_serve_every_epoch_with_the_same_rows_as_without():
+    kept, fresh = input_pipeline.worker_pids(True), input_pipeline.worker_pids(False)
+    assert kept["rows"] == fresh["rows"] and kept["rows"][0] != kept["rows"][1]
+    assert kept["pids"][0] == kept["pids"][1] and len(kept["pids"][0]) == 2
+    assert not fresh["pids"][0] & fresh["pids"][1]
+    batch = input_pipeline.to_device([torch.ones(2)], torch.device("cpu"))
+    assert batch[0].device.type == "cpu"
