@@ -50,6 +50,7 @@ CHAPTER_OF_FILE = {
     "test_gil.py": (3,),
     "test_ddp.py": (4,),
     "test_ddp_data.py": (4,),
+    "test_ddp_practice.py": (4,),
     "test_ddp_options.py": (4,),
     "test_ddp_torchrun.py": (4,),
     "test_loaders.py": (4,),
@@ -88,6 +89,7 @@ CHAPTER_OF_FILE = {
     "test_chapters.py": (),
     "test_one_gpu.py": (),
     "test_two_gpus.py": (),
+    "test_ddp_on_gpu.py": (),
     "test_data_parallel_gpus.py": (),
 }
 

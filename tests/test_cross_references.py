@@ -1,5 +1,6 @@
 """Every "section N" a chapter or solution names exists: in the same chapter, or in the chapter it
-names ("chapter 07, section 11", "chapter 04's section 5b", "chapter 06 (sections 9 to 12)").
+names ("chapter 07, section 11", "chapter 04's section 5b", "chapter 06 (sections 9 to 12)",
+"appendix 04a, section 2").
 
 A section is a markdown heading that starts with its number (``## 5.``, ``### 5b.``). Solutions
 refer to their chapter's sections. Links to solutions' exercises are checked in test_solutions.py.
@@ -15,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("*.ipynb"))
 HEADING = re.compile(r"^#{2,4}\s+(\d+[a-z]?)\.", re.M)
 REFERENCE = re.compile(
-    r"(?:[Cc]hapter (?P<chapter>\d\d[a-z]?)(?:'s|,)?\s*\(?\s*)?"
+    r"(?:(?:[Cc]hapter|[Aa]ppendix) (?P<chapter>\d\d[a-z]?)(?:'s|,)?\s*\(?\s*)?"
     r"[Ss]ections? (?P<first>\d+[a-z]?)(?:\s*(?:to|and|-|,)\s*(?P<last>\d+[a-z]?))?"
 )
 
@@ -59,3 +60,5 @@ def test_a_wrong_reference_is_caught():
     text = "as chapter 08, section 12 showed"
     m = REFERENCE.search(text)
     assert m.group("chapter") == "08" and m.group("first") == "12" and "12" not in SECTIONS["08"]
+    m = REFERENCE.search("see appendix 04a, section 2")
+    assert m.group("chapter") == "04a" and m.group("first") == "2"

@@ -36,6 +36,14 @@ def _largest_tables_in_millions(k: int) -> float:
     return sorted(data.CRITEO_1TB_CARDINALITIES, reverse=True)[k] / 1e6
 
 
+def _bytes_per_parameter(optimizer: str) -> float:
+    """Training bytes per embedding parameter (weights, a dense gradient, the optimizer's state)."""
+    from course_utils.workload.models import DLRMConfig, memory_report
+
+    row = memory_report(DLRMConfig((1000,), embedding_dim=128), optimizer).loc["embeddings"]
+    return row["training_total"] / row["parameters"]
+
+
 FIGURES = {
     1: {
         "16": Computed(lambda: 64 / 4),
@@ -50,6 +58,7 @@ FIGURES = {
         "96.1": Computed(lambda: _even_gb("adam")),
         "40": Computed(lambda: _largest_tables_in_millions(3), rel=0.05),
         "25.6": Computed(lambda: _largest_tables_in_millions(4)),
+        "12": Computed(lambda: _bytes_per_parameter("adagrad")),
     },
     5: {"300,000": Exempt("the number of training rows this solution uses, to run in under a minute")},
 }
