@@ -18,6 +18,7 @@ from course_utils.pipeline import (
     run_in_order,
     validate,
     zero_bubble_h1,
+    zero_bubble_h2,
 )
 from course_utils.pipeline import SCHEDULES as BUILDERS
 from course_utils.pipeline.mlp import MLPConfig
@@ -30,6 +31,8 @@ def all_schedules():
         if m >= p:
             yield one_f_one_b(p, m)
             yield zero_bubble_h1(p, m)
+            if m >= 2 * p - 1:
+                yield zero_bubble_h2(p, m)
             if m % p == 0:
                 for v in (2, 3):
                     yield interleaved_1f1b(p, m, v)
@@ -40,7 +43,7 @@ SCHEDULES = list(all_schedules())
 
 def test_many_schedules_were_generated():
     assert len(SCHEDULES) > 150
-    assert {s.name for s in SCHEDULES} == {"GPipe", "1F1B", "ZB-H1", "Interleaved 1F1B"}
+    assert {s.name for s in SCHEDULES} == {"GPipe", "1F1B", "ZB-H1", "ZB-H2", "Interleaved 1F1B"}
 
 
 def test_one_kind_per_schedule_its_value_its_title_and_its_builder():
@@ -49,12 +52,15 @@ def test_one_kind_per_schedule_its_value_its_title_and_its_builder():
         ScheduleKind.ONE_F_ONE_B: one_f_one_b(2, 2),
         ScheduleKind.INTERLEAVED_1F1B: interleaved_1f1b(2, 2, 2),
         ScheduleKind.ZERO_BUBBLE_H1: zero_bubble_h1(2, 2),
+        ScheduleKind.ZERO_BUBBLE_H2: zero_bubble_h2(2, 3),
     }
     assert [str(kind) for kind in ScheduleKind] == [
-        "gpipe", "1f1b", "interleaved_1f1b", "zero_bubble_h1", "zb_v", "interleaved_zb",
+        "gpipe", "1f1b", "interleaved_1f1b", "zero_bubble_h1", "zero_bubble_h2", "zb_v", "interleaved_zb",
+        "dualpipe_v",
     ]  # fmt: skip
     assert [kind.title for kind in ScheduleKind] == [
-        "GPipe", "1F1B", "Interleaved 1F1B", "ZB-H1", "ZB-V (torch)", "Interleaved ZB (torch)",
+        "GPipe", "1F1B", "Interleaved 1F1B", "ZB-H1", "ZB-H2", "ZB-V (torch)", "Interleaved ZB (torch)",
+        "DualPipeV (torch)",
     ]  # fmt: skip
     for kind, schedule in made.items():
         assert schedule.kind is kind and schedule.name == kind.title and kind == kind.value
@@ -106,8 +112,9 @@ def test_interleaved_places_stage_n_on_device_n_mod_p_and_v1_is_1f1b():
     assert interleaved_1f1b(3, 6, 1) == one_f_one_b(3, 6)
 
 
-def test_zero_bubble_w_follows_its_b_on_the_same_device():
-    s = zero_bubble_h1(4, 8)
+@pytest.mark.parametrize("make", [zero_bubble_h1, zero_bubble_h2])
+def test_zero_bubble_w_follows_its_b_on_the_same_device(make):
+    s = make(4, 8)
     for actions in s.devices:
         order = {a: i for i, a in enumerate(actions)}
         assert all(
@@ -153,6 +160,11 @@ def test_fewer_microbatches_than_devices_is_refused(make):
         ValueError, match=r"needs at least as many micro-batches as devices \(m >= p\), got m=2, p=4"
     ):
         make(4, 2)
+
+
+def test_zero_bubble_h2_needs_2p_minus_1_microbatches():
+    with pytest.raises(ValueError, match=r"needs m >= 2p-1 micro-batches .* got m=6, p=4: use m >= 7"):
+        zero_bubble_h2(4, 6)
 
 
 def test_interleaved_needs_m_a_multiple_of_p():

@@ -15,13 +15,18 @@ from course_utils.pipeline import (
     gpipe,
     gpipe_bubble_fraction,
     interleaved_1f1b,
+    interleaved_bubble_fraction,
     interleaved_bubble_ratio,
     measured_costs,
     one_f_one_b,
     simulate,
+    steady_state,
     zb_h1_bubble_time,
+    zb_h2_bubble_time,
     zero_bubble_h1,
+    zero_bubble_h2,
 )
+from course_utils.pipeline.from_torch import from_torch
 from course_utils.pipeline.plot import plot_timeline, plot_timelines
 from course_utils.pipeline.simulate import plot_bubble_sweep
 
@@ -70,18 +75,66 @@ def test_zb_h1_idles_p_minus_1_times_f_plus_b_minus_w_smaller_than_1f1b(p, m, co
         assert zb.bubble_fraction < base.bubble_fraction
 
 
+ZB_COSTS = [
+    Costs(1, 1, 1),
+    Costs(1, 2, 1),
+    Costs(2, 1, 1),
+    Costs(1, 1, 0.5),
+    Costs(1.5, 1, 0.25),
+    Costs(1, 1, 0),
+]
+
+
+@pytest.mark.parametrize("p,m", [(p, m) for p in range(2, 7) for m in (2 * p - 1, 2 * p + 3, 4 * p)])
+@pytest.mark.parametrize("costs", ZB_COSTS, ids=lambda c: f"F{c.F:g}B{c.B:g}W{c.W:g}")
+def test_zb_h2_steps_back_to_back_idle_what_the_paper_says(p, m, costs):
+    """Qi et al. (ICLR 2024), Table 1: ZB-H2's bubble is (p-1)(F+B-2W) per device, zero at
+    F = B = W, once no synchronization ends a step (optimizer post-validation); it holds
+    2p-1 micro-batches at its peak. One synchronous step keeps its ramps."""
+    s = zero_bubble_h2(p, m)
+    train = steady_state(s, costs)
+    for d in range(p):
+        assert abs(train.idle[d] - zb_h2_bubble_time(p, costs)) < TOL
+    assert max(simulate(s, costs).peak_activations()) == 2 * p - 1
+    one_step = simulate(s, Costs(1, 1, 1))
+    assert abs(one_step.bubble_fraction - (p - 1) / (p - 1 + 3 * m)) < TOL  # the ramps, (p-1)F per device
+    assert abs(steady_state(s, Costs(1, 1, 1)).bubble_fraction) < TOL  # zero bubble at F = B = W
+
+
+def test_back_to_back_steps_help_only_a_parallelogram():
+    """1F1B and ZB-H1 end on the device that starts the next step: no gain. ZB-H2 and torch's
+    ZB-V lose their ramps (zero bubble at F = B = W); the interleaved ZB keeps its bubble."""
+    c = Costs(1, 1, 1)
+    for schedule, costs, one, train in [
+        (one_f_one_b(4, 8), c, 9 / 33, 9 / 33),
+        (zero_bubble_h1(4, 8), c, 3 / 27, 3 / 27),
+        (zero_bubble_h2(4, 8), c, 3 / 27, 0),
+        (from_torch("ScheduleZBVZeroBubble", 4, 8), c.per_chunk(2), 1.5 / 25.5, 0),
+        (from_torch("ScheduleInterleavedZeroBubble", 4, 8), c.per_chunk(2), 1.5 / 25.5, 1.5 / 25.5),
+    ]:
+        assert abs(simulate(schedule, costs).bubble_fraction - one) < TOL, schedule.name
+        assert abs(steady_state(schedule, costs).bubble_fraction - train) < TOL, schedule.name
+
+
 def test_expected_bubble_fraction_matches_each_schedule():
+    assert interleaved_bubble_fraction(4, 8, 2) == pytest.approx(3 / 19)
     for schedule, costs in [
         (gpipe(4, 8), Costs()),
         (one_f_one_b(4, 8), Costs()),
         (interleaved_1f1b(4, 8, 2), Costs().per_chunk(2)),
         (zero_bubble_h1(4, 8), Costs()),
+        (zero_bubble_h2(4, 8), Costs()),
+        (zero_bubble_h2(3, 9), Costs(1, 2, 1)),
     ]:
         assert (
             abs(simulate(schedule, costs).bubble_fraction - expected_bubble_fraction(schedule, costs)) < TOL
         )
     with pytest.raises(ValueError, match="assumes W <= F and W <= B"):
         zb_h1_bubble_time(4, Costs(F=1, B=1, W=2))
+    with pytest.raises(ValueError, match="checked here for W <= F and W <= B"):
+        zb_h2_bubble_time(4, Costs(F=1, B=1, W=2))
+    with pytest.raises(ValueError, match="one-step ZB-H2 formula"):
+        expected_bubble_fraction(zero_bubble_h2(4, 8), Costs(1, 1, 0))
 
 
 def test_communication_delay_adds_two_hops_per_stage_boundary_for_one_microbatch():
@@ -150,7 +203,7 @@ def test_plots_label_bars_and_print_idle_share():
     assert len(fig.axes) == 2
     assert all(tx.get_text().startswith("idle") for ax in fig.axes for tx in ax.texts)
     fig = plot_bubble_sweep(2, [2, 4, 8])
-    assert len(fig.axes[0].lines) == 8  # a formula line and simulated markers per schedule
+    assert len(fig.axes[0].lines) == 10  # a formula line and simulated markers per schedule
     matplotlib.pyplot.close("all")
 
 

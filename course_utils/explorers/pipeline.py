@@ -6,11 +6,12 @@ sliders in front of ``draw_pipeline`` with ``explorers.explore``.
 
 Formulas (uniform stages; the bubble formulas ignore the per-message cost ``comm``):
 
-    bubble, fraction of device time    GPipe, 1F1B: (p-1)/(m+p-1)
-                                       interleaved: r/(1+r) with r = (p-1)/(v m)
-                                       ZB-H1: (p-1)(F+B-W) / ((p-1)(F+B-W) + m (F+B+W))
+    bubble (idle device-time of a      GPipe, 1F1B: (p-1)/(m+p-1)
+    step) as a fraction of devices x   interleaved: (p-1)/(vm+p-1)
+    makespan                           ZB-H1: (p-1)(F+B-W) / ((p-1)(F+B-W) + m (F+B+W))
+                                       ZB-H2 (W between F/2, B/2 and F, B): (p-1)F / ((p-1)F + m (F+B+W))
     peak activations on device d,      GPipe: m          1F1B: min(p-d, m)     ZB-H1: p
-    in stage-equivalents               interleaved: ((v-1) p + 2 (p-1-d) + 1) / v
+    in stage-equivalents               ZB-H2: 2p-1       interleaved: ((v-1) p + 2 (p-1-d) + 1) / v
 
 (an interleaved device holds ``v`` chunks of ``1/v`` stage each, so its count of chunk
 activations is divided by ``v``; device 0's ``(v-1) p + 2 p - 1`` chunks are Megatron-LM's extra
@@ -70,6 +71,8 @@ def peak_formula(kind: ScheduleKind, p: int, m: int, v: int = 1) -> list[float]:
         return [min((v - 1) * p + 2 * (p - 1 - d) + 1, v * m) / v for d in range(p)]
     if kind == ScheduleKind.ZERO_BUBBLE_H1:
         return [float(min(p, m))] * p
+    if kind == ScheduleKind.ZERO_BUBBLE_H2:
+        return [float(2 * p - 1)] * p
     raise ValueError(f"no peak formula for {kind!r}")
 
 
@@ -99,7 +102,7 @@ def pipeline_view(
     peak = [count / (v if interleaved else 1) for count in timeline.peak_activations()]
     try:
         formula = expected_bubble_fraction(s, Costs(F, B, W))
-    except ValueError:  # ZB-H1's formula needs W <= F and W <= B
+    except ValueError:  # ZB-H1's formula needs W <= F and W <= B, ZB-H2's also W >= F/2, B/2
         formula = None
     return PipelineView(timeline, timeline.bubble_fraction, formula, peak, peak_formula(kind, p, m, v))
 
@@ -118,7 +121,7 @@ def draw_pipeline(**knobs):
         ax.axis("off")
         ax.text(0, 0.5, f"{error}", wrap=True, fontsize=9, va="center")
         return fig
-    formula = "n/a (W > F or W > B)" if view.bubble_formula is None else f"{view.bubble_formula:.1%}"
+    formula = "n/a for these costs" if view.bubble_formula is None else f"{view.bubble_formula:.1%}"
     comm = " (the formula ignores comm)" if knobs.get("comm") else ""
     title = (
         f"{view.timeline.name}: bubble {view.bubble:.1%} simulated, {formula} formula{comm}; "

@@ -7,7 +7,7 @@
     timeline.bubble_fraction, timeline.peak_activations(), timeline.plot()
     run_schedule(schedule, MLPConfig(...))  # real processes, the same Timeline, measured
 
-Modules: ``schedules`` (actions, the four schedules and their kinds, validation), ``lowering``
+Modules: ``schedules`` (actions, the five schedules and their kinds), ``lowering``
 (receive / compute / send programs, deadlock check), ``timeline`` (the Timeline
 type), ``simulate`` (costs, simulator, formulas), ``plot``, ``trace`` (Chrome /
 Perfetto JSON), ``mlp`` (the model cut into stages), ``executor`` (one process's
@@ -36,15 +36,21 @@ from course_utils.pipeline.schedules import (
     interleaved_1f1b,
     one_f_one_b,
     zero_bubble_h1,
+    zero_bubble_h2,
 )
 from course_utils.pipeline.simulate import (
     Costs,
+    SteadyState,
     expected_bubble_fraction,
     gpipe_bubble_fraction,
+    interleaved_bubble_fraction,
     interleaved_bubble_ratio,
     measured_costs,
+    repeat_steps,
     simulate,
+    steady_state,
     zb_h1_bubble_time,
+    zb_h2_bubble_time,
 )
 from course_utils.pipeline.timeline import Event, Timeline
 from course_utils.pipeline.trace import chrome_trace
@@ -59,6 +65,7 @@ __all__ = [
     "one_f_one_b",
     "interleaved_1f1b",
     "zero_bubble_h1",
+    "zero_bubble_h2",
     "SCHEDULES",
     "validate",
     "run_in_order",
@@ -72,7 +79,12 @@ __all__ = [
     "expected_bubble_fraction",
     "gpipe_bubble_fraction",
     "interleaved_bubble_ratio",
+    "interleaved_bubble_fraction",
     "zb_h1_bubble_time",
+    "zb_h2_bubble_time",
+    "repeat_steps",
+    "steady_state",
+    "SteadyState",
     "measured_costs",
     "MLPConfig",
     "reference_step",

@@ -37,7 +37,7 @@ program, one training step at a time. Starting the processes and measuring the
 steps is ``runs.run_schedule``. Tested on gloo (CPU); NCCL (one GPU per
 process) is chosen by ``launch`` when there are enough GPUs.
 
-Taught in chapter 06 (section 12, the executor on real processes).
+Taught in chapter 06's appendix 06a (section 2, the executor; section 3, measured timelines).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ Whether that program finishes depends on how a send behaves:
   matching receive. Two devices that both send first then wait for each other
   forever; 1F1B does exactly that (``blocking_sends=True`` shows it).
 
-Taught in chapter 06 (section 9, from a schedule to messages).
+Taught in chapter 06's appendix 06a (section 1, from a schedule to messages).
 """
 
 from __future__ import annotations

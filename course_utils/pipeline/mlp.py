@@ -8,7 +8,7 @@ mean squared error over the whole batch. With ``m`` equal micro-batches, the
 sum over micro-batches of ``mse(micro-batch) / m`` is that same loss, so a
 pipeline's gradients must equal the unpipelined model's.
 
-Taught in chapter 06 (section 12, the executor on real processes).
+Taught in chapter 06 (sections 9 to 11) and appendix 06a (the executor).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ average over copies is the mean over the global batch: the steps are those of on
 process training the whole model on the whole batch (``train_one_process``), which
 ``run_pipeline_training`` lets you compare. With ``copies=1`` it is plain 1F1B.
 
-Taught in chapter 06 (section 11, pipeline + data parallel).
+Taught in chapter 06 (section 10, pipeline + data parallel).
 """
 
 from __future__ import annotations

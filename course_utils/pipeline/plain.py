@@ -20,11 +20,11 @@ This is the pairing of Megatron-LM's 1F1B (``send_forward_recv_backward``,
 ``send_backward_recv_forward``). Activations and their gradients have the targets' shape
 ``[b, width]``.
 
-``copies``: with data parallelism across pipeline copies (chapter 06, section 11), the
+``copies``: with data parallelism across pipeline copies (chapter 06, section 10), the
 process group of this stage's copies; after the flush their gradients are averaged
 (``all_reduce``) before the optimizer step.
 
-Taught in chapter 06 (section 10, a plain 1F1B loop).
+Taught in chapter 06 (section 9, a plain 1F1B loop on real processes).
 """
 
 from __future__ import annotations

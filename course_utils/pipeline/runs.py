@@ -6,7 +6,7 @@ of each step (ms), the same type the simulator returns, plus the loss and gradie
 compare with one process. ``run_schedules`` runs several schedules on the same
 processes, a step of each in turn, so that they are compared on the same machine state.
 
-Taught in chapter 06 (section 12, the executor on real processes).
+Taught in chapter 06's appendix 06a (section 2, the executor; section 3, measured timelines).
 """
 
 from __future__ import annotations

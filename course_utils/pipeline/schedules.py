@@ -11,9 +11,10 @@ ordered list of actions; stage ``n`` lives on device ``n % p``.
     gpipe(p, m)               all forwards, then all backwards
     one_f_one_b(p, m)         warm up with p-1-d forwards, then alternate F and B
     interleaved_1f1b(p, m, v) 1F1B over v smaller stages per device (Megatron-LM)
-    zero_bubble_h1(p, m)      1F1B with W deferred into the bubbles (Qi et al. 2023)
+    zero_bubble_h1(p, m)      1F1B with W deferred into the bubbles (Qi et al., ICLR 2024)
+    zero_bubble_h2(p, m)      more warm-up forwards, W pushed to the end: a parallelogram
 
-``Schedule.kind`` ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble_h1", a ``ScheduleKind``) says which
+``Schedule.kind`` ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble_h1", ..., a ``ScheduleKind``) says which
 it is; ``SCHEDULE_KINDS`` maps a kind to its builder, display name (``kind.title``) and torch class.
 
 ``course_utils.pipeline.validate`` checks a schedule.
@@ -41,8 +42,10 @@ class ScheduleKind(str, Enum):
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED_1F1B = "interleaved_1f1b"
     ZERO_BUBBLE_H1 = "zero_bubble_h1"
+    ZERO_BUBBLE_H2 = "zero_bubble_h2"
     ZB_V = "zb_v"  # torch's ScheduleZBVZeroBubble, read by ``from_torch``
     INTERLEAVED_ZB = "interleaved_zb"  # torch's ScheduleInterleavedZeroBubble, read by ``from_torch``
+    DUALPIPE_V = "dualpipe_v"  # torch's ScheduleDualPipeV, read by ``from_torch``
 
     def __str__(self) -> str:
         return self.value
@@ -108,8 +111,8 @@ def _check_enough_microbatches(schedule: str, p: int, m: int) -> None:
     if m < p:
         raise ValueError(
             f"{schedule} needs at least as many micro-batches as devices (m >= p), got m={m}, p={p}: "
-            f"this construction gives device d p-1-d warm-up forwards, more than m can feed. "
-            f"Use m >= {p}, or gpipe({p}, {m})."
+            f"this construction gives device d exactly p-1-d warm-up forwards (Megatron-LM caps them "
+            f"at m instead; torch's Schedule1F1B refuses m < p too). Use m >= {p}, or gpipe({p}, {m})."
         )
 
 
@@ -155,9 +158,9 @@ def interleaved_1f1b(p: int, m: int, v: int) -> Schedule:
     Micro-batches go round in groups of p: the k-th forward on a device runs
     chunk (k // p) % v on micro-batch (k // pv) p + k % p; backwards run the
     chunks in reverse. Device d warms up with 2(p-1-d) + (v-1)p forwards. The
-    bubble shrinks v times, (p-1)/(vm) of the ideal time. This construction (Megatron-LM's)
-    needs m a multiple of p; torch's ``ScheduleInterleaved1F1B`` relaxes that (it needs m a
-    multiple of its number of rounds, ``max(1, m // p)``).
+    bubble shrinks v times: (p-1)/(vm+p-1) of the device time. This construction (the
+    Megatron-LM paper's) needs m a multiple of p; torch's ``ScheduleInterleaved1F1B`` relaxes
+    that (m a multiple of its number of rounds, ``max(1, m // p)``).
     """
     check_whole("p", p)
     check_whole("m", m)
@@ -167,8 +170,8 @@ def interleaved_1f1b(p: int, m: int, v: int) -> Schedule:
     _check_enough_microbatches("interleaved_1f1b", p, m)
     if m % p:
         raise ValueError(
-            f"interleaved_1f1b needs m to be a multiple of p (this construction, Megatron-LM's, sends "
-            f"micro-batches round the devices in groups of p), got m={m}, p={p}: use m={m - m % p} or "
+            f"interleaved_1f1b needs m to be a multiple of p (this construction, the Megatron-LM paper's, "
+            f"sends micro-batches round the devices in groups of p), got m={m}, p={p}: use m={m - m % p} or "
             f"m={m - m % p + p} (torch's ScheduleInterleaved1F1B accepts more m)"
         )
     devices = []
@@ -214,6 +217,56 @@ def zero_bubble_h1(p: int, m: int) -> Schedule:
     return Schedule(ScheduleKind.ZERO_BUBBLE_H1, p, m, 1, tuple(devices), split_backward=True)
 
 
+def zero_bubble_h2(p: int, m: int) -> Schedule:
+    """ZB-H2 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, section 2.2).
+
+    The paper draws it by hand for F = B = W; this builds the same shape by one rule, run
+    at unit costs: at each time unit every device runs the first of these that is ready,
+    B (its gradient has arrived), F (while it holds fewer than 2p-1 micro-batches), W.
+    Device 0 warms up with 2p-1 forwards, so every device holds up to 2p-1 micro-batches
+    (the paper's (2p-1) M_B, about twice 1F1B's p); the last devices push their W to the
+    end of the step. Device d is then busy without a gap from time d to d + 3m: the step is
+    a parallelogram, whose idle corners a next step can fill only if no synchronization
+    ends this one (``repeat_steps``). Needs m >= 2p-1.
+    """
+    check_whole("p", p)
+    check_whole("m", m)
+    if m < 2 * p - 1:
+        raise ValueError(
+            f"zero_bubble_h2 needs m >= 2p-1 micro-batches (device 0 warms up with 2p-1 forwards), "
+            f"got m={m}, p={p}: use m >= {2 * p - 1}, or zero_bubble_h1({p}, {m})"
+        )
+    done_at: dict[Action, int] = {}  # action -> the time unit at whose end it finished
+    orders: list[list[Action]] = [[] for _ in range(p)]
+    count = [{"F": 0, "B": 0, "W": 0} for _ in range(p)]  # per device, actions run so far
+    t = 0
+    while any(c["W"] < m for c in count):
+        for d, c in enumerate(count):
+            candidates = {  # kind -> (the action, what it needs, may it run at all)
+                "B": (
+                    Action("B", d, c["B"]),
+                    [Action("F", d, c["B"]), Action("B", d + 1, c["B"])],
+                    c["B"] < c["F"],
+                ),
+                "F": (
+                    Action("F", d, c["F"]),
+                    [Action("F", d - 1, c["F"])],
+                    c["F"] < m and c["F"] - c["W"] < 2 * p - 1,
+                ),
+                "W": (Action("W", d, c["W"]), [Action("B", d, c["W"])], c["W"] < c["B"]),
+            }
+            for kind in "BFW":
+                action, needs, allowed = candidates[kind]
+                needs = [a for a in needs if 0 <= a.stage < p]
+                if allowed and all(done_at.get(a, t) < t for a in needs):
+                    orders[d].append(action)
+                    done_at[action] = t
+                    c[kind] += 1
+                    break
+        t += 1
+    return Schedule(ScheduleKind.ZERO_BUBBLE_H2, p, m, 1, tuple(map(tuple, orders)), split_backward=True)
+
+
 class KindInfo(NamedTuple):
     """A kind's builder, display name and matching ``torch.distributed.pipelining`` class (or None)."""
 
@@ -227,6 +280,7 @@ SCHEDULE_KINDS = {
     ScheduleKind.ONE_F_ONE_B: KindInfo(one_f_one_b, "1F1B", "Schedule1F1B"),
     ScheduleKind.INTERLEAVED_1F1B: KindInfo(interleaved_1f1b, "Interleaved 1F1B", "ScheduleInterleaved1F1B"),
     ScheduleKind.ZERO_BUBBLE_H1: KindInfo(zero_bubble_h1, "ZB-H1", None),
+    ScheduleKind.ZERO_BUBBLE_H2: KindInfo(zero_bubble_h2, "ZB-H2", None),
 }
 SCHEDULES = {kind: info.build for kind, info in SCHEDULE_KINDS.items()}  # kind -> builder
 
@@ -239,4 +293,5 @@ class _Title(NamedTuple):
 TORCH_ONLY_TITLES = {
     ScheduleKind.ZB_V: _Title("ZB-V (torch)"),
     ScheduleKind.INTERLEAVED_ZB: _Title("Interleaved ZB (torch)"),
+    ScheduleKind.DUALPIPE_V: _Title("DualPipeV (torch)"),
 }

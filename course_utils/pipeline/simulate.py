@@ -5,12 +5,17 @@ free and its dependencies have finished (plus ``comm`` when a dependency ran
 on another device, the time to move the activation or gradient). The result
 is a ``Timeline``, the same type the real executor measures.
 
+The bubble is the idle device-time of a step; its fraction is idle / (devices x makespan).
 The textbook formulas the simulation reproduces (uniform stages, no comm):
 
-    GPipe, 1F1B         bubble fraction (p-1)/(m+p-1)       of devices x makespan
-    interleaved 1F1B    bubble ratio   (p-1)/(v m)          of the ideal (busy) time
-    ZB-H1               bubble time per device (p-1)(F+B-W) instead of (p-1)(F+B+W)
+    GPipe, 1F1B         bubble fraction (p-1)/(m+p-1)
+    interleaved 1F1B    bubble fraction (p-1)/(vm+p-1)   (Megatron-LM writes (p-1)/(vm): idle
+                                                          over busy time, the same bubble)
+    ZB-H1               idle per device (p-1)(F+B-W) instead of 1F1B's (p-1)(F+B+W)
                         (when W <= F and W <= B)
+    ZB-H2               one synchronous step: idle per device (p-1)F, its ramps (F/2, B/2 <= W <= F, B);
+                        steps back to back, no synchronization (``steady_state``): (p-1)(F+B-2W)
+                        (Qi et al., ICLR 2024, Table 1; checked here for W <= F and W <= B)
 
 ``plot_bubble_sweep`` draws the simulated bubble against the formula, for every schedule.
 
@@ -22,8 +27,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from course_utils.pipeline.schedules import SCHEDULES, Schedule, ScheduleKind
+from course_utils.pipeline.schedules import SCHEDULES, Action, Schedule, ScheduleKind
 from course_utils.pipeline.timeline import Event, Timeline
 from course_utils.pipeline.validate import dependencies, execution_order, validate
 
@@ -98,8 +104,13 @@ def gpipe_bubble_fraction(p: int, m: int) -> float:
 
 
 def interleaved_bubble_ratio(p: int, m: int, v: int) -> float:
-    """Interleaved 1F1B: idle time is (p-1)/(v m) of the busy time."""
+    """Interleaved 1F1B: idle time is (p-1)/(v m) of the busy time (Megatron-LM's way to write it)."""
     return (p - 1) / (v * m)
+
+
+def interleaved_bubble_fraction(p: int, m: int, v: int) -> float:
+    """Interleaved 1F1B: (p-1)/(vm+p-1) of all device-time is idle (the ratio r as r/(1+r))."""
+    return (p - 1) / (v * m + p - 1)
 
 
 def zb_h1_bubble_time(p: int, costs: Costs) -> float:
@@ -109,16 +120,63 @@ def zb_h1_bubble_time(p: int, costs: Costs) -> float:
     return (p - 1) * (costs.F + costs.B - costs.W)
 
 
+def zb_h2_bubble_time(p: int, costs: Costs) -> float:
+    """ZB-H2, steps back to back (``steady_state``): each device idles (p-1)(F+B-2W) per step
+    (Qi et al., ICLR 2024, Table 1), here for W <= F and W <= B."""
+    if costs.W > min(costs.F, costs.B):
+        raise ValueError(f"the ZB-H2 formula is checked here for W <= F and W <= B, got {costs}")
+    return (p - 1) * (costs.F + costs.B - 2 * costs.W)
+
+
+def repeat_steps(schedule: Schedule, steps: int) -> Schedule:
+    """``steps`` training steps with no synchronization between them, as optimizer
+    post-validation allows: each device runs its step-k actions (micro-batches k m .. k m + m-1),
+    then at once its step k+1 (a stage steps its own optimizer after its last W, checked later)."""
+    m = schedule.m
+    devices = tuple(
+        tuple(Action(a.kind, a.stage, a.microbatch + k * m) for k in range(steps) for a in actions)
+        for actions in schedule.devices
+    )
+    return Schedule(
+        schedule.kind, schedule.p, m * steps, schedule.v, devices, schedule.split_backward, schedule.placement
+    )
+
+
+class SteadyState(NamedTuple):
+    """Steps back to back: ``period`` between two steps' ends, per device the ``idle`` time per
+    step, and ``bubble_fraction`` = idle / (devices x period)."""
+
+    period: float
+    idle: list
+    bubble_fraction: float
+
+
+def steady_state(schedule: Schedule, costs: Costs | Sequence[Costs] = Costs(), steps: int = 4) -> SteadyState:
+    """The bubble of ``schedule`` when step after step runs with no synchronization between
+    them (``repeat_steps``): the period is the growth of the makespan from steps-1 to steps."""
+    longer, shorter = (simulate(repeat_steps(schedule, k), costs) for k in (steps, steps - 1))
+    period = longer.makespan - shorter.makespan
+    one = simulate(schedule, costs)
+    idle = [period - one.busy(d) for d in range(schedule.p)]
+    return SteadyState(period, idle, sum(idle) / (schedule.p * period))
+
+
 def expected_bubble_fraction(schedule: Schedule, costs: Costs = Costs()) -> float:
     """The formula's bubble fraction (idle / devices x makespan) for ``schedule``, no comm."""
     p, m, v = schedule.p, schedule.m, schedule.v
     if schedule.kind in (ScheduleKind.GPIPE, ScheduleKind.ONE_F_ONE_B):
         return gpipe_bubble_fraction(p, m)
     if schedule.kind == ScheduleKind.INTERLEAVED_1F1B:
-        ratio = interleaved_bubble_ratio(p, m, v)
-        return ratio / (1 + ratio)
+        return interleaved_bubble_fraction(p, m, v)
     if schedule.kind == ScheduleKind.ZERO_BUBBLE_H1:
         idle = zb_h1_bubble_time(p, costs)
+        return idle / (idle + m * (costs.F + costs.B + costs.W))
+    if schedule.kind == ScheduleKind.ZERO_BUBBLE_H2:  # one synchronous step: its ramps, (p-1)F
+        if not max(costs.F, costs.B) / 2 <= costs.W <= min(costs.F, costs.B):
+            raise ValueError(
+                f"the one-step ZB-H2 formula is checked here for F/2, B/2 <= W <= F, B; got {costs}"
+            )
+        idle = (p - 1) * costs.F
         return idle / (idle + m * (costs.F + costs.B + costs.W))
     raise ValueError(f"no formula for a schedule of kind {schedule.kind!r}")
 
@@ -131,17 +189,20 @@ def plot_bubble_sweep(p: int, ms, v: int = 2, costs: Costs = Costs()):
     from course_utils.pipeline.plot import DPI
 
     fig, ax = plt.subplots(figsize=(6.5, 3.4), dpi=DPI, layout="constrained")
-    for (kind, make), marker in zip(SCHEDULES.items(), "osD^", strict=False):
+    for (kind, make), marker in zip(SCHEDULES.items(), "osD^v", strict=True):
         interleaved = kind == ScheduleKind.INTERLEAVED_1F1B
-        simulated, formula = [], []
+        shown, simulated, formula = [], [], []
         for m in ms:
+            if kind == ScheduleKind.ZERO_BUBBLE_H2 and m < 2 * p - 1:
+                continue  # ZB-H2 needs m >= 2p-1
+            shown.append(m)
             schedule = make(p, m, v) if interleaved else make(p, m)
             c = costs.per_chunk(schedule.v)
             simulated.append(simulate(schedule, c).bubble_fraction)
             formula.append(expected_bubble_fraction(schedule, c))
-        (line,) = ax.plot(ms, formula, lw=1.2, alpha=0.8, ls="--" if kind == ScheduleKind.GPIPE else "-")
+        (line,) = ax.plot(shown, formula, lw=1.2, alpha=0.8, ls="--" if kind == ScheduleKind.GPIPE else "-")
         ax.plot(
-            ms,
+            shown,
             simulated,
             marker,
             color=line.get_color(),

@@ -5,10 +5,10 @@ A ``Timeline`` is a list of ``Event(device, action, start, end)``. The simulator
 same numbers and the same plot describe a prediction and a measurement.
 
     makespan          first start to last end
-    bubble_fraction   idle device-time / (devices x makespan): the share of the
-                      machine that waited (GPipe, 1F1B: (p-1)/(m+p-1))
-    bubble_ratio      idle device-time / busy device-time: how much longer than
-                      a pipeline without bubbles (interleaved: (p-1)/(vm))
+    bubble_fraction   the bubble (idle device-time) / (devices x makespan): the share
+                      of the machine that waited (GPipe, 1F1B: (p-1)/(m+p-1))
+    bubble_ratio      the same idle time / busy device-time: how much longer than a
+                      pipeline without bubbles (Megatron-LM's (p-1)/(vm) for interleaving)
     live_activations  per device, how many micro-batches' activations are held
                       over time: +1 when F(n,m) starts, -1 when the last
                       backward of (n,m) ends (B, or W where B is split);
@@ -116,10 +116,10 @@ class Timeline:
 
     # --- views ---------------------------------------------------------------------
     def summary(self) -> str:
+        unit = "units" if self.unit == "unit" else self.unit
         return (
-            f"{self.name}: makespan {self.makespan:.4g} {self.unit}, bubble {self.bubble_fraction:.1%} "
-            f"of device time ({self.bubble_ratio:.1%} of busy time), peak live activations "
-            f"per device {self.peak_activations()}"
+            f"{self.name}: makespan {self.makespan:.4g} {unit}, bubble {self.bubble_fraction:.1%} "
+            f"of device time, peak live activations per device {self.peak_activations()}"
         )
 
     def grid(self, slot: float = 1.0) -> str:

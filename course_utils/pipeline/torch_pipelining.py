@@ -12,7 +12,7 @@ unpipelined model's, and the hand-written executor's.
 schedule in the same processes, a step of each in turn, so that both see the
 same machine.
 
-Taught in chapter 06 (section 13, the same with ``torch.distributed.pipelining``).
+Taught in chapter 06's appendix 06a (section 6, the executor against torch.distributed.pipelining).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class TorchRunner:
             if kind == "interleaved_1f1b"
             else cls(stages[0], m, loss_fn=loss_fn)
         )
-        # the last stage's outputs are not needed (the losses are); torch 2.9 keeps them anyway
+        # the last stage's outputs are not needed (the losses are); a step without this option keeps them
         self.options = {"return_outputs": False} if step_accepts_return_outputs(self.schedule) else {}
         self.holds_first, self.holds_last = rank == 0, rank == (num_stages - 1) % p
         x, y = config.data()

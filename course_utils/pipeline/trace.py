@@ -5,7 +5,7 @@ The trace event format is a JSON object whose ``traceEvents`` are, here, one
 ``dur`` duration in microseconds, ``tid`` the device (one track per device),
 plus metadata events naming the process and the tracks.
 
-Taught in chapter 06 (section 12, export to Perfetto).
+Taught in chapter 06's appendix 06a (section 5, export to Perfetto).
 """
 
 from __future__ import annotations
