@@ -117,6 +117,7 @@ def test_exact_auc_equals_one_process_and_the_mean_of_ranks_does_not(split):
     assert gap > 0.05 if split == "by column" else gap < 0.02
 
 
+@pytest.mark.launches  # DataLoader worker processes
 def test_persistent_workers_serve_every_epoch_with_the_same_rows_as_without():
     kept, fresh = input_pipeline.worker_pids(True), input_pipeline.worker_pids(False)
     assert kept["rows"] == fresh["rows"] and kept["rows"][0] != kept["rows"][1]
