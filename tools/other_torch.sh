@@ -9,7 +9,7 @@
 #   tools/other_torch.sh 2.10.0                             # Kaggle's torch
 #
 # --python X.Y   a Python X.Y found on PATH (pythonX.Y) or under pyenv; it fails loudly if none is
-# --unit-tests   run `pytest tests` before the notebooks
+# --unit-tests   run `pytest tests -m "not wheel"` before the notebooks
 # --older-isa    ATen's and MKL's kernels held to older vector instructions
 #                (ATEN_CPU_CAPABILITY=default, MKL_ENABLE_INSTRUCTIONS=SSE4_2)
 # --venv DIR     where the venv goes (default .venv-torch-VERSION)
