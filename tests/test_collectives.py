@@ -543,3 +543,105 @@ def test_alpha_beta_fit_never_gives_a_negative_term():
     assert _unconstrained_alpha_beta(doubling, steep, 2)[0] < 0
     fit = bandwidth.fit_alpha_beta(doubling, steep, 2)
     assert fit.alpha == 0 and fit.beta > 0 and fit.half_bandwidth_bytes == 0
+
+
+# --- uneven all-to-all and all-gather (collectives.uneven) -----------------------------------
+
+
+def uneven_exchange():
+    """Rank r sends (r + j) % 3 values to rank j, each value 10 r + j; and gathers arange(r + 1)."""
+    from course_utils.collectives import uneven
+    from course_utils.runtime.hardware import rank_device
+
+    r, w = dist.get_rank(), dist.get_world_size()
+    send = [(r + j) % 3 for j in range(w)]
+    values = torch.cat([torch.full((n, 2), 10.0 * r + j) for j, n in enumerate(send)]).to(rank_device())
+    received, counts = uneven.all_to_all_uneven(values, send)
+    parts = uneven.all_gather_uneven(torch.arange(float(r + 1), device=rank_device()))
+    return counts, received.cpu(), [p.cpu() for p in parts]
+
+
+def check_uneven_exchange(per_rank):
+    w = len(per_rank)
+    for r, (counts, received, parts) in enumerate(per_rank):
+        assert counts == [(j + r) % 3 for j in range(w)]  # what rank j sends to r
+        expected = torch.cat([torch.full(((j + r) % 3, 2), 10.0 * j + r) for j in range(w)])
+        assert torch.equal(received, expected)
+        assert [p.tolist() for p in parts] == [list(map(float, range(j + 1))) for j in range(w)]
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_all_to_all_uneven_and_all_gather_uneven(world_size):
+    check_uneven_exchange(launch(uneven_exchange, world_size=world_size, timeout=60))
+
+
+def uneven_bad_counts():
+    from course_utils.collectives import uneven
+
+    errors = []
+    for values, send in ((torch.zeros(3), [1, 1]), (torch.zeros(2), [1, 1, 0])):
+        try:
+            uneven.all_to_all_uneven(values, send)
+        except ValueError as err:
+            errors.append(str(err))
+    return errors
+
+
+def test_all_to_all_uneven_rejects_counts_that_do_not_fit():
+    errors = launch(uneven_bad_counts, world_size=2, timeout=60)[0]
+    assert "values has 3 rows, send_counts adds up to 2" in errors[0]
+    assert "one count per rank (2), got 3" in errors[1]
+
+
+# --- what work.wait() orders (collectives.streams): the CPU twin of tests/gpu ---------------
+
+
+def test_wait_on_gloo_blocks_the_host_until_the_work_is_done():
+    from course_utils.collectives import streams
+
+    for r in launch(streams.wait_semantics, 0.2, world_size=2, backend="gloo", timeout=60):
+        assert r["completed_at_wait"] is True and r["value"] == 2.0
+        assert r["host_wait_s"] >= 0.2 and r["device_s"] >= 0.2  # the "device" is the host here
+
+
+# --- the flight recorder (collectives.flight_recorder) on gloo ------------------------------
+
+
+def skip_a_collective():
+    """Rank 1 leaves out the third collective; rank 0 times out in it after 1 s."""
+    import os
+    from datetime import timedelta
+
+    from course_utils.collectives import flight_recorder
+
+    os.environ["TORCH_FR_BUFFER_SIZE"] = "64"  # torch 2.9's default is 0 (off); read at first use
+    dist.init_process_group("gloo", timeout=timedelta(seconds=1))
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    dist.broadcast(t, src=0)
+    if dist.get_rank() == 0:
+        with contextlib.suppress(RuntimeError):
+            dist.all_reduce(torch.ones(8))
+    return flight_recorder.recorded_collectives()
+
+
+def test_the_flight_recorder_names_the_collective_a_rank_never_reached():
+    from course_utils.collectives import flight_recorder
+
+    traces = launch(skip_a_collective, world_size=2, init_group=False, timeout=60)
+    assert [name for _, name, _ in traces[0]] == ["gloo:all_reduce", "gloo:broadcast", "gloo:all_reduce"]
+    assert flight_recorder.first_divergence(traces) == (
+        "collective #3 (gloo:all_reduce, sizes [[8]]): reached by rank(s) [0], never by rank(s) [1]"
+    )
+
+
+def test_first_divergence_of_recorded_traces():
+    from course_utils.collectives.flight_recorder import first_divergence
+
+    a = [(1, "nccl:all_reduce", [[4]]), (2, "nccl:broadcast", [[4]])]
+    b = [(1, "nccl:all_reduce", [[4]]), (2, "nccl:all_reduce", [[4]])]
+    assert first_divergence([a, a]) == "all 2 ranks recorded the same 2 collectives"
+    assert first_divergence([a, b]) == (
+        "collective #2 differs between ranks: rank 0: nccl:broadcast [[4]]; rank 1: nccl:all_reduce [[4]]"
+    )
+    assert first_divergence([a, a[:1], a]).endswith("reached by rank(s) [0, 2], never by rank(s) [1]")

@@ -7,7 +7,7 @@ with messages like "Wait timeout" or "code: -98, name: EADDRINUSE". ``init_group
 calls it the same way and re-raises those failures as ``GroupInitError``, whose
 message says what went wrong and how to fix it.
 
-Taught in chapter 02 (section 2, the life cycle of a process group; section 10, errors).
+Taught in chapter 02 (section 2, the life cycle of a process group; chapter 02a, section 5, errors).
 """
 
 from __future__ import annotations

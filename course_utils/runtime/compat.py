@@ -195,6 +195,32 @@ def gpu_count_from_driver() -> int:
     return torch.cuda._device_count_amdsmi() if torch.version.hip else torch.cuda._device_count_nvml()
 
 
+def gpu_sleep(cycles: int) -> None:
+    """Keep the current CUDA stream busy for ``cycles`` GPU clock cycles, without the host waiting:
+    ``torch.cuda._sleep`` (a spin kernel torch's own stream tests use; no public call queues
+    device time that does nothing). Appendix 02a uses it to show what ``work.wait()`` orders."""
+    torch.cuda._sleep(cycles)
+
+
+def dump_flight_recorder(nccl: bool = False) -> dict:
+    """This process's flight recorder as a dict (``"entries"``: one per collective, oldest first,
+    with ``collective_seq_id``, ``profiling_name`` such as ``"gloo:all_reduce"``, ``state``,
+    ``input_sizes``): ``torch._C._distributed_c10d._dump_fr_trace`` (gloo and other backends;
+    torch 2.9 to 2.13) or, with ``nccl=True``, ``_dump_nccl_trace`` (NCCL's own recorder, CUDA
+    builds only). Stack traces left out. Both return the pickle that
+    ``TORCH_NCCL_DUMP_ON_TIMEOUT`` writes to a file; no public call returns it."""
+    import pickle
+
+    import torch._C._distributed_c10d as c10d
+
+    if nccl and not hasattr(c10d, "_dump_nccl_trace"):
+        raise RuntimeError(
+            "this torch has no NCCL flight recorder (a CPU build): dump_flight_recorder(nccl=False)"
+        )
+    dump = c10d._dump_nccl_trace if nccl else c10d._dump_fr_trace
+    return pickle.loads(dump(includeCollectives=True, includeStackTraces=False, onlyActive=False))
+
+
 def import_dynamo() -> None:
     """Import ``torch._dynamo``, torch's compiler front end (a private package). Building a
     ``DistributedDataParallel`` imports it, about a second of CPU; imported once before ranks
