@@ -81,6 +81,7 @@ CHAPTER_OF_FILE = {
     "test_cross_references.py": (),
     "test_quiz.py": (),
     "test_quiz_balance.py": (),
+    "test_chapter_length.py": (),
     "test_quiz_figures.py": (),
     "test_solutions.py": (),
     "test_stress_tool.py": (),
@@ -89,6 +90,7 @@ CHAPTER_OF_FILE = {
     "test_chapters.py": (),
     "test_one_gpu.py": (),
     "test_two_gpus.py": (),
+    "test_nccl_streams.py": (),
     "test_ddp_on_gpu.py": (),
     "test_data_parallel_gpus.py": (),
 }

@@ -23,6 +23,8 @@ And every private torch API the course needs (``tests/test_private_torch_api.py`
 other use), each wrapped in a function that says what it reaches and why no public call does:
 
 * ``cuda_compiled()``, ``gpu_count_from_driver()``: GPUs counted without initialising CUDA;
+* ``gpu_sleep(cycles)``: device time on the current stream that the host does not wait for;
+  ``dump_flight_recorder(nccl)``: the flight recorder's entries of this process;
 * ``import_dynamo()``: ``torch._dynamo``, imported ahead of the forked ranks;
 * ``ddp_ignore(module, names)``, ``ddp_bucket_sizes(ddp_model)``: DDP's ignored parameters,
   and its gradient buckets as its logger records them; ``queue_autograd_callback(fn)``: code run
@@ -57,6 +59,8 @@ __all__ = [
     "queue_autograd_callback",
     "fix_init_handshake",
     "gpu_count_from_driver",
+    "gpu_sleep",
+    "dump_flight_recorder",
     "import_dynamo",
     "module_tree_copy",
     "pipeline_order",

@@ -8,7 +8,8 @@ returns the reports in global-rank order. ``spawn_and_wait`` is
 left running: a launcher that fails or outlives ``timeout`` is killed with its
 whole process group, and its partners with it.
 
-Taught in chapter 02 (section 7, launchers); chapters 04 and 08 run their scripts with it.
+Taught in chapter 02 (section 7, torchrun; appendix 02a, section 4, the other launchers);
+chapters 04 and 08 run their scripts with it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ in ``DIR/rank<R>.json``, next to the ``LOCAL_RANK`` variable. With
 PyTorch 1.x did: since PyTorch 2.0 the launcher writes ``--local-rank``, and
 argparse rejects it.
 
-Taught in chapter 02 (section 7, launchers: the deprecated ``torch.distributed.launch``).
+Taught in chapter 02 (appendix 02a, section 4: the deprecated ``torch.distributed.launch``).
 """
 
 from __future__ import annotations

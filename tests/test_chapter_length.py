@@ -1,0 +1,41 @@
+"""A chapter's main path stays readable in one sitting: at most 50 cells, at most 25 of them code.
+Deep dives live in an appendix notebook beside the chapter (``chapters/NNa_name.ipynb``, tested
+by nbval like the chapter), held to the same limits; every appendix belongs to a chapter."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
+MAX_CELLS, MAX_CODE = 50, 25
+NAME = re.compile(r"^(\d\d)([a-z]?)_\w+\.ipynb$")
+
+
+def counts(notebook: Path) -> tuple[int, int]:
+    """(all cells, code cells) of a notebook."""
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return len(cells), sum(c["cell_type"] == "code" for c in cells)
+
+
+def test_every_notebook_is_a_chapter_or_an_appendix_of_one():
+    names = [p.name for p in NOTEBOOKS]
+    assert all(NAME.match(n) for n in names), [n for n in names if not NAME.match(n)]
+    mains = {NAME.match(n)[1] for n in names if not NAME.match(n)[2]}
+    appendices = {n: NAME.match(n)[1] for n in names if NAME.match(n)[2]}
+    assert mains == {f"{i:02d}" for i in range(9)}, sorted(mains)
+    assert all(chapter in mains for chapter in appendices.values()), appendices
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_notebook_is_at_most_50_cells_and_25_code_cells(notebook):
+    cells, code = counts(notebook)
+    kind = "appendix" if NAME.match(notebook.name)[2] else "main path"
+    assert cells <= MAX_CELLS and code <= MAX_CODE, (
+        f"{notebook.name} ({kind}) has {cells} cells, {code} of them code; at most {MAX_CELLS} and "
+        f"{MAX_CODE}: move a deep dive to an appendix notebook (chapters/NNa_name.ipynb)"
+    )
