@@ -11,6 +11,7 @@ Taught in chapter 00 (section 3).
 """
 
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -25,7 +26,10 @@ def main() -> None:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     t = torch.tensor([rank + 1.0], device="cuda" if one_gpu_each else "cpu")
     dist.all_reduce(t)  # SUM over the ranks, result on every rank
-    print(f"hello from rank {rank} of {world_size}: all_reduce gave {t.item():g}", flush=True)
+    # one write per line: the ranks share torchrun's output, and a print's text and its newline
+    # can go out as two writes (unbuffered output), letting another rank's line in between
+    sys.stdout.write(f"hello from rank {rank} of {world_size}: all_reduce gave {t.item():g}\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 
