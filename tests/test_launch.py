@@ -384,4 +384,5 @@ def test_the_plain_torchrun_hello_world_sums_the_ranks():
     [(printed, _)], _ = runner.run_together(
         [command + ["-m", "course_utils.scripts.hello_world"]], timeout=120
     )
-    assert sorted(printed.splitlines()) == [f"hello from rank {r} of 3: all_reduce gave 6" for r in range(3)]
+    hellos = sorted(line for line in printed.splitlines() if line.startswith("hello"))  # 2.9's gloo logs too
+    assert hellos == [f"hello from rank {r} of 3: all_reduce gave 6" for r in range(3)], printed
