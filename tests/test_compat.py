@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 
 from course_utils import launch
-from course_utils.runtime import compat
+from course_utils.runtime import compat, versions
 from course_utils.runtime.launcher.output import engine_line, show_rank_output
 
 
@@ -40,7 +40,7 @@ def all_to_all_both_ways():
                 torch.equal(o, e) for o, e in zip(outs, _expected(rank, world, dtype, uneven), strict=False)
             ):
                 failures.append(f"{name} {dtype}: {[o.tolist() for o in outs]}")
-    return failures, sorted(compat._LACK_ALL_TO_ALL)
+    return failures, sorted(versions._LACK_ALL_TO_ALL)
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
@@ -62,7 +62,7 @@ def all_to_all_where_the_backend_refuses():
         raise RuntimeError("Backend gloo does not support alltoall")
 
     real, dist.all_to_all = dist.all_to_all, refuse
-    compat._LACK_ALL_TO_ALL.clear()
+    versions._LACK_ALL_TO_ALL.clear()
     try:
         results = []
         for _ in range(2):
@@ -76,7 +76,7 @@ def all_to_all_where_the_backend_refuses():
             )
     finally:
         dist.all_to_all = real
-    return results, len(calls), sorted(compat._LACK_ALL_TO_ALL)
+    return results, len(calls), sorted(versions._LACK_ALL_TO_ALL)
 
 
 def test_all_to_all_falls_back_to_pairs_and_remembers():

@@ -127,7 +127,7 @@ def _root(node: ast.AST) -> ast.AST:
 def imported_names(trees: list[ast.Module]) -> tuple[dict[str, str], set[str]]:
     """``({name: dotted torch object it is bound to}, {names imported from other libraries})``;
     names imported from the course itself are in neither: what they reach is checked like a
-    variable's (``compat._LACK_ALL_TO_ALL`` is the course's, ``Stage._x`` may be torch's)."""
+    variable's (``versions._LACK_ALL_TO_ALL`` is the course's, ``Stage._x`` may be torch's)."""
     torch_names, other = {}, set()
     for tree in trees:
         for node in ast.walk(tree):
