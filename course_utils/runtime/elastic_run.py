@@ -3,8 +3,9 @@
 ``run_elastic`` starts one ``torchrun`` per node (``nnodes=2``: two launchers on
 localhost meeting through a c10d rendezvous on a free port; on a GPU machine each gets
 its own GPUs, or gloo, see ``runner.node_environments``), with a timeout; if a
-launcher fails or outlives it, every launcher is killed with its whole process group
-(the runner of chapter 02 does the process handling). ``timeline`` turns the ranks'
+launcher fails or outlives it, every launcher and every process it started is stopped
+(SIGTERM, a grace period, SIGKILL: the runner of chapter 02 does the process handling).
+The c10d rendezvous id is random, shown as ``RUN_ID``. ``timeline`` turns the ranks'
 event logs into a deterministic account, attempt by attempt; ``plot_restarts`` draws it.
 ``terminate_at_step`` sends the launchers SIGTERM mid-run, as a cluster does before a time limit.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,7 +93,7 @@ def run_elastic(
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port, run_id = free_port(), uuid.uuid4().hex  # the id names the rendezvous in the store: random
     commands = []
     for own in runner.node_environments(nnodes, nproc_per_node):
         env = ["env", *(f"{k}={v}" for k, v in {**SHARED_STORE_FIX, **own}.items())]
@@ -106,7 +108,7 @@ def run_elastic(
                 "--rdzv-endpoint",
                 f"127.0.0.1:{port}",
                 "--rdzv-id",
-                "course-job",
+                run_id,
             ]
         )
         commands.append(
@@ -151,6 +153,7 @@ def run_elastic(
         .replace(launcher, "torchrun")
         .replace(str(out), "OUT")
         .replace(str(port), "PORT")
+        .replace(run_id, "RUN_ID")
         .replace("env ", "")
         for c in commands
     ]
