@@ -101,10 +101,12 @@ def complete_steps(folder: Path) -> list[int]:
     return sorted(int(p.name[5:]) for p in folder.glob("step_*") if (p / ".metadata").exists())
 
 
-def wait_for_moment(proc, folder: Path, after: float, aim_save: bool, rng: random.Random, steps: int) -> bool:
+def wait_for_moment(
+    proc, folder: Path, after: float, aim_save: bool, left: int, rng: random.Random, steps: int
+) -> bool:
     """Wait for the moment of the next interruption: once an attempt has started after time
-    ``after``, its next save beginning (``aim_save``) or a random step of it. False if the job
-    ended first."""
+    ``after``, its next save beginning (``aim_save``) or a random step of it, early enough to leave
+    room for the ``left - 1`` interruptions after it. False if the job ended first."""
     target, began = None, None
     while proc.poll() is None:
         log = events(folder)
@@ -118,7 +120,7 @@ def wait_for_moment(proc, folder: Path, after: float, aim_save: bool, rng: rando
             if aim_save and any(e["event"] == "saving" for e in new):
                 return True
             if not aim_save and done:
-                target = target or rng.randint(done[0], max(done[0], steps - 2))
+                target = target or rng.randint(done[0], done[0] + max(0, steps - 2 - done[0]) // left)
                 if max(done) >= target:
                     return True
         time.sleep(0.005)
@@ -181,7 +183,8 @@ def one_run(
     mark, done, left = process_tree.new_mark(), [], []
     proc, since = start(command, mark, log), 0.0
     while True:
-        if len(done) < len(kinds) and wait_for_moment(proc, folder, since, aims[len(done)], rng, steps):
+        left_ = len(kinds) - len(done)
+        if left_ and wait_for_moment(proc, folder, since, aims[len(done)], left_, rng, steps):
             kind, sent_at = kinds[len(done)], time.time()
             step, writing, newest = evidence(folder, sent_at)
             interrupt(proc, kind, rng)
@@ -216,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interruptions", type=int, default=30)
     parser.add_argument("--per-run", type=int, default=3, help="interruptions in each run of the job")
     parser.add_argument("--kinds", default="all", help=f"comma-separated, of {', '.join(KINDS)} (or all)")
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--checkpoint-every", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--min-during-write", type=int, default=0)
@@ -259,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copytree(reference / "data", folder / "data")  # the same data, not written again
         mine = slice(number * args.per_run, (number + 1) * args.per_run)
         command = job_command(folder, args.steps, args.checkpoint_every)
-        done, digest, stayed = one_run(number, folder, command, mine, rng, args.steps, args.orphan_wait, log)
+        done, digest, stayed = one_run(
+            number, folder, command, plan[mine], aims[mine], rng, args.steps, args.orphan_wait, log
+        )
         left += stayed
         lost_run = digest != expected or any(i.lost for i in done)
         runs_lost += lost_run

@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 from course_utils.checkpoint.app_state import AppState
-from course_utils.checkpoint.folders import checkpoints, latest_complete, step_of
+from course_utils.checkpoint.folders import latest_complete, prunable
 from course_utils.checkpoint.position import GlobalPositionSampler
 from course_utils.runtime import compat
 from course_utils.runtime.hardware import rank_device
@@ -44,8 +44,6 @@ from course_utils.runtime.hardware import rank_device
 __all__ = [
     "Checkpointer",
     "latest_complete",
-    "checkpoints",
-    "step_of",
     "folder_bytes",
     "slowest_rank_stalls",
     "BigTableModel",
@@ -128,9 +126,7 @@ class Checkpointer:
         older than the newest complete one (a save that was interrupted: it will never complete)."""
         if dist.get_rank(self.group) != 0:
             return
-        done, unfinished = checkpoints(self.folder)
-        newest = step_of(done[-1]) if done else -1
-        for old in done[: -self.keep] + [p for p in unfinished if step_of(p) < newest]:
+        for old in prunable(self.folder, self.keep):
             shutil.rmtree(old, ignore_errors=True)
 
 

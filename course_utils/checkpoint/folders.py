@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["step_of", "checkpoints", "latest_complete"]
+__all__ = ["step_of", "checkpoints", "latest_complete", "prunable"]
 
 
 def step_of(path: str | os.PathLike) -> int | None:
@@ -36,3 +36,11 @@ def latest_complete(folder: str | os.PathLike) -> Path | None:
     """The ``step_*`` subfolder of ``folder`` with the highest step that has a ``.metadata``, or None."""
     done, _ = checkpoints(folder)
     return done[-1] if done else None
+
+
+def prunable(folder: str | os.PathLike, keep: int) -> list[Path]:
+    """What to delete: all but the newest ``keep`` complete checkpoints, and every incomplete one
+    older than the newest complete one (a save that was interrupted: it will never complete)."""
+    done, unfinished = checkpoints(folder)
+    newest = step_of(done[-1]) if done else -1
+    return done[:-keep] + [p for p in unfinished if step_of(p) < newest]

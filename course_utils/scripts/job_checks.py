@@ -162,6 +162,8 @@ def check_checkpoint_dir(folder: Path) -> None:
             f"--checkpoint-dir {folder} is a file, not a folder; pass a folder (new or earlier)"
         )
     existing = next((p for p in [folder, *folder.parents] if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise JobInputError(f"--checkpoint-dir {folder}: {existing} is a file, not a folder; pass a folder")
     if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
         raise JobInputError(
             f"--checkpoint-dir {folder}: {existing} cannot be written by this user; pass another"
