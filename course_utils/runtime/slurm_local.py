@@ -142,6 +142,7 @@ def run_sbatch_locally(
             "SLURM_NNODES": str(nodes),
             "SLURM_JOB_NODELIST": f"localhost[1-{nodes}]",
             "SLURM_JOB_ID": "4242",
+            "SLURM_CPUS_PER_TASK": str(os.cpu_count() or 1),
             "MASTER_PORT": str(free_port()),
             "PATH": os.pathsep.join([shims, str(Path(sys.executable).parent), os.environ["PATH"]]),
             **(env or {}),
