@@ -79,6 +79,7 @@ def run_elastic(
     module: str = "course_utils.scripts.elastic_train",
     out_flag: str = "--out",
     terminate_at_step: int | None = None,
+    stop_partners: bool = True,
 ) -> ElasticRun:
     """``torchrun [--standalone | --nnodes N --rdzv-backend c10d ...] --nproc-per-node P
     --max-restarts R -m MODULE OUT_FLAG OUT *script_args``, one per node. ``module``: a script
@@ -89,7 +90,8 @@ def run_elastic(
     (as SLURM does before a time limit); the launchers then exit with an error, which is expected
     (``ElasticRun.terminated``). Otherwise raises ``runner.LauncherError`` if a launcher fails
     (e.g. more failures than restarts) or is still running after ``timeout`` seconds; nothing is
-    left running either way.
+    left running either way. ``stop_partners=False``: a failed launcher does not end the others at
+    once (as on a cluster, where nobody does that for them): the error comes when all have ended.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -140,7 +142,10 @@ def run_elastic(
 
     try:
         outputs, _ = runner.run_together(
-            commands, timeout, watch=None if terminate_at_step is None else terminate_when_due
+            commands,
+            timeout,
+            watch=None if terminate_at_step is None else terminate_when_due,
+            stop_partners=stop_partners,
         )
         stderr = [e for _, e in outputs]
     except runner.LauncherError as error:
@@ -187,7 +192,12 @@ def timeline(events: list[dict]) -> list[str]:
         if saved:
             lines.append(f"  rank 0 saved checkpoints at steps {saved}")
         for e in mine:
-            if e["event"] == "killed" and e.get("what", "rank") == "node":
+            if e["event"] == "killed" and e.get("what") == "rendezvous-host":
+                lines.append(
+                    f"  before step {e['step']}: the node whose torchrun hosted the rendezvous store lost "
+                    "its torchrun and its rank (SIGKILL)"
+                )
+            elif e["event"] == "killed" and e.get("what", "rank") == "node":
                 lines.append(
                     f"  rank {e['rank']} killed its torchrun agent, then itself, with SIGKILL before "
                     f"step {e['step']}: its whole node was gone"

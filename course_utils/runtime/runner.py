@@ -195,11 +195,14 @@ def run_together(
     extra_env: Sequence[dict] | None = None,
     watch: Callable[[list[subprocess.Popen]], None] | None = None,
     grace: float = 5.0,
+    stop_partners: bool = True,
 ) -> tuple[list[tuple[str, str]], list[int]]:
     """Start every command at once; all finish, or all are stopped with everything they started.
 
     ``extra_env``: variables to add for each command (one dict per command), e.g. its GPUs.
     ``watch``: called with the running processes every 50 ms while they run (to signal them).
+    ``stop_partners=False``: a launcher that fails does not stop the others; each runs until it
+    ends or the timeout (to see what the survivors of a lost node do).
     On a failure, a timeout or an exception (Ctrl-C), every launcher still running gets SIGTERM
     and ``grace`` seconds to end, then SIGKILL, with every process it started
     (``process_tree.stop_tree``); whatever of theirs outlived a launcher that ended is stopped too.
@@ -225,7 +228,7 @@ def run_together(
         deadline = time.monotonic() + timeout
         while any(p.poll() is None for p in procs):
             failed = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
-            if failed or time.monotonic() > deadline:
+            if (failed and stop_partners) or time.monotonic() > deadline:
                 break
             if watch is not None:
                 watch(procs)

@@ -54,17 +54,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 from course_utils.scripts import job_checks
-from course_utils.scripts.job_events import (
-    attempt_number,
-    hosts_rendezvous,
-    log_event,
-    read_log,
-    torchrun_agent,
-)
+from course_utils.scripts.job_control import StopFlag, kills_itself, wait_until_logged, where_to_resume
+from course_utils.scripts.job_events import attempt_number, log_event, torchrun_agent
 from course_utils.scripts.rank_exit import run_without_interpreter_shutdown
 
 SYNTHETIC_ROW_GROUPS = 24  # a multiple of 1, 2, 3, 4, 6, 8 and 12 ranks
@@ -131,56 +125,6 @@ def synthetic_data(folder: Path, rows: int, seed: int) -> tuple[Path, Path]:
             partial.rename(path)
     dist.barrier()
     return train, test
-
-
-class StopFlag:
-    """Set by SIGTERM or SIGINT, or when this rank's torchrun agent is gone (a SIGKILLed agent cannot
-    pass a signal on, and its orphaned ranks would otherwise train on). The training loop reads it
-    once a step. ``signal.signal`` needs the main thread."""
-
-    def __init__(self):
-        self.why: str | None = None
-        self.parent = os.getppid()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        self.why = self.why or signal.Signals(signum).name
-
-    @property
-    def requested(self) -> bool:
-        if self.why is None and os.getppid() != self.parent:
-            self.why = "its torchrun agent being gone"
-        return self.why is not None
-
-
-def wait_until_logged(out: Path, step: int, timeout: float = 60.0) -> None:
-    """Block until rank 0 has logged the checkpoint of ``step`` complete (its ``checkpoint`` event)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done = [e["step"] for e in read_log(out, 0) if e["event"] == "checkpoint"]
-        if done and max(done) >= step:
-            return
-        time.sleep(0.02)
-    raise TimeoutError(f"the checkpoint of step {step} was not complete in {out} after {timeout:g} s")
-
-
-def where_to_resume(out: Path, rank: int) -> Path | None:
-    """The newest complete checkpoint in ``out``; rank 0 says which, and which newer ones it skips."""
-    from course_utils.checkpoint import checkpoints, step_of
-
-    done, unfinished = checkpoints(out)
-    resume_from = done[-1] if done else None
-    if rank == 0:
-        newest = -1 if resume_from is None else step_of(resume_from)
-        newer = [p.name for p in unfinished if step_of(p) > newest]
-        if newer:
-            print(
-                f"skipping incomplete checkpoint(s) {', '.join(newer)} (a save was interrupted); "
-                "they are deleted once a newer checkpoint is complete",
-                flush=True,
-            )
-    return resume_from
 
 
 def train(args, stop: StopFlag) -> dict:
@@ -253,7 +197,7 @@ def train(args, stop: StopFlag) -> dict:
             epoch, history, done = epoch + 1, [], 0
             continue
         for batch in loader:
-            if attempt == 0 and step + 1 == args.kill_at_step and _kills_itself(args, rank):
+            if attempt == 0 and step + 1 == args.kill_at_step and kills_itself(args, rank):
                 if last_saved is not None:
                     wait_until_logged(out, last_saved)
                 log_event(out, attempt=attempt, rank=rank, event="killed", step=step + 1, what=args.kill_what)
@@ -290,13 +234,6 @@ def train(args, stop: StopFlag) -> dict:
         print(f"auc {test_auc:.6f}", flush=True)
         print(f"params sha256 {digest}", flush=True)
     return {"step": step, "auc": test_auc, "sha256": digest}
-
-
-def _kills_itself(args, rank: int) -> bool:
-    """Whether this rank is the one ``--kill-rank`` / ``--kill-what`` names."""
-    if args.kill_what == "rendezvous-host":
-        return hosts_rendezvous(torchrun_agent())
-    return rank == args.kill_rank
 
 
 def check_inputs(args) -> None:
