@@ -104,10 +104,9 @@ class _Completer:
             self.jobs.get()()
 
 
-def _when_done(works, fn) -> None:
-    """Call ``fn(None)`` once every work in ``works`` is done (``fn(error)`` if one failed), on
-    the completer thread."""
-    futures = [w.get_future() for w in works if w is not None]
+def _when_done(futures, fn) -> None:
+    """Call ``fn(None)`` once every future in ``futures`` is done (``fn(error)`` if one failed),
+    on the completer thread."""
 
     def done(combined):
         try:
@@ -121,14 +120,37 @@ def _when_done(works, fn) -> None:
     torch.futures.collect_all(futures).add_done_callback(done)
 
 
-class Collective:
+class _Operation:
+    """What a collective and a message share: waiting for gloo's works once, and telling the
+    handle when they are done (through their futures, or, where gloo has none, once waited)."""
+
+    def __init__(self, stamp_work, data_work):
+        self.stamp_work, self.data_work = stamp_work, data_work
+        self.waits = _Waits(data_work, stamp_work)
+        self.on_done = None
+
+    def wait_data(self, timeout) -> None:
+        self.waits.wait(timeout)
+        if self.on_done is not None:  # no futures to tell us: done once waited for
+            done, self.on_done = self.on_done, None
+            done(None)
+
+    def when_done(self, fn) -> None:
+        try:
+            futures = [w.get_future() for w in (self.stamp_work, self.data_work) if w is not None]
+        except RuntimeError:  # "Work::getFuture not implemented": gloo's sends, receives, ...
+            self.on_done = fn
+            return
+        _when_done(futures, fn)
+
+
+class Collective(_Operation):
     """One collective of ``group``: the data's work, and ``[last arrival, longest ns]`` over the
     ranks (an all-reduce with MAX of every rank's ``[arrival, ns]``)."""
 
     def __init__(self, group, name: str, stamp_work, stamps: torch.Tensor, data_work):
-        self.group, self.name = group, name
-        self.stamp_work, self.stamps, self.data_work = stamp_work, stamps, data_work
-        self.waits = _Waits(data_work, stamp_work)
+        super().__init__(stamp_work, data_work)
+        self.group, self.name, self.stamps = group, name, stamps
         self.stamp_wait = _Waits(stamp_work)
         self.start = self.end = None
 
@@ -138,23 +160,13 @@ class Collective:
             self.group.resolve(self)
         return self.start, self.end
 
-    def wait_data(self, timeout) -> None:
-        self.waits.wait(timeout)
 
-    def when_done(self, fn) -> None:
-        _when_done([self.stamp_work, self.data_work], fn)
-
-
-class Message:
+class Message(_Operation):
     """One point-to-point message; the sender knows its interval, the receiver reads it."""
 
-    def __init__(
-        self, group, lane: str, name: str, stamp_work, stamp: torch.Tensor, data_work, interval=None
-    ):
-        self.group, self.lane, self.name = group, lane, name
-        self.stamp_work, self.stamp, self.data_work = stamp_work, stamp, data_work
-        self.waits = _Waits(data_work, stamp_work)
-        self.on_done = None
+    def __init__(self, group, lane: str, name: str, stamp_work, stamp, data_work, interval=None):
+        super().__init__(stamp_work, data_work)
+        self.group, self.lane, self.name, self.stamp = group, lane, name, stamp
         self.start, self.end = interval if interval is not None else (None, None)
         self.lock = threading.Lock()
 
@@ -166,15 +178,6 @@ class Message:
                     self.start, self.end = self.stamp.tolist()
                 self.group.clock.record_communication(self.lane, self.name, self.start, self.end)
         return self.start, self.end
-
-    def wait_data(self, timeout) -> None:
-        self.waits.wait(timeout)
-        if self.on_done is not None:  # gloo's sends and receives have no futures: done once waited
-            done, self.on_done = self.on_done, None
-            done(None)
-
-    def when_done(self, fn) -> None:
-        self.on_done = fn
 
 
 class ModeledGroup(dist.ProcessGroup):

@@ -163,28 +163,84 @@ def _extra_flops(name: str, args, out) -> int:
     return 0
 
 
-def _flops(func, name: str, args, kwargs, out) -> int:
-    from torch.utils.flop_counter import flop_registry
+def _shapes(tree):
+    """``tree`` with every tensor replaced by its shape (what the FLOP formulas take)."""
+    if isinstance(tree, torch.Tensor):
+        return tree.shape
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_shapes(x) for x in tree)
+    return tree
 
-    formula = flop_registry.get(func.overloadpacket)
-    if formula is not None:
-        return int(formula(*args, **kwargs, out_val=out))
-    return _extra_flops(name, args, out)
+
+class _OpInfo:
+    """What pricing an operator needs to know of its signature, worked out once per operator."""
+
+    __slots__ = ("name", "free", "reads", "formula", "gathers")
+
+    def __init__(self, func):
+        from torch.utils.flop_counter import flop_registry
+
+        self.free = func.namespace != "aten" or func.is_view
+        schema = compat.op_schema(func)
+        self.name = schema.name
+        self.free = self.free or self.name in _FREE
+        self.reads = []  # (position, keyword) of each argument the operator reads
+        for i, arg in enumerate(schema.arguments):
+            written = arg.alias_info is not None and arg.alias_info.is_write
+            if written and (arg.kwarg_only or (i == 0 and self.name in _WRITE_ONLY_SELF)):
+                continue  # out= buffers, and the target of copy_/fill_/zero_: written, not read
+            self.reads.append((i, arg.name))
+        formula = flop_registry.get(func.overloadpacket)
+        # the registry's formulas take shapes; shape_wrapper maps tensors to shapes with pytree,
+        # which costs more than the formula, so call the formula itself on our own shapes
+        self.formula = getattr(formula, "__wrapped__", formula)
+        self.gathers = self.name in _GATHERING
+
+    def flops(self, args, kwargs, out) -> int:
+        if self.formula is None:
+            return _extra_flops(self.name, args, out)
+        return int(self.formula(*_shapes(args), **_shapes_kw(kwargs), out_shape=_shapes(out)))
+
+    def read_bytes(self, args, kwargs) -> int:
+        total = 0
+        for i, keyword in self.reads:
+            value = args[i] if i < len(args) else kwargs.get(keyword)
+            if isinstance(value, torch.Tensor):
+                total += tensor_bytes(value)
+            elif isinstance(value, (list, tuple)):
+                total += sum(tensor_bytes(t) for t in tensors_in(value))
+        return total
 
 
-def _read_tensors(func, name: str, args, kwargs) -> list[torch.Tensor]:
-    """The tensors the operator reads: its arguments less those it only writes."""
-    schema = compat.op_schema(func)
-    read = []
-    for i, arg in enumerate(schema.arguments):
-        value = args[i] if i < len(args) else kwargs.get(arg.name)
-        if value is None:
-            continue
-        written = arg.alias_info is not None and arg.alias_info.is_write
-        if written and (arg.kwarg_only or (i == 0 and name in _WRITE_ONLY_SELF)):
-            continue  # out= buffers, and the target of copy_/fill_/zero_: written, not read
-        read += _tensors(value)
-    return read
+def _shapes_kw(kwargs: dict) -> dict:
+    return {k: _shapes(v) for k, v in kwargs.items()}
+
+
+_GATHERING = {
+    "aten::embedding",
+    "aten::_embedding_bag",
+    "aten::_embedding_bag_forward_only",
+    "aten::embedding_bag",
+    "aten::index_select",
+    "aten::gather",
+    "aten::index",
+    "aten::take",
+    "aten::embedding_dense_backward",
+    "aten::_embedding_bag_dense_backward",
+    "aten::_embedding_bag_backward",
+    "aten::_embedding_bag_sparse_backward",
+    "aten::index_put_",
+    "aten::_index_put_impl_",
+    "aten::index_add_",
+    "aten::index_copy_",
+    "aten::scatter_add_",
+    "aten::scatter_",
+    "aten::scatter_reduce_",
+    "aten::index_put",
+    "aten::index_add",
+    "aten::scatter_add",
+}
+_INFO: dict = {}
 
 
 def _dtype_key(name: str, out, args, tf32: bool) -> str:
@@ -201,22 +257,25 @@ def _dtype_key(name: str, out, args, tf32: bool) -> str:
 
 def op_cost(func, args, kwargs, out, cluster) -> Cost | None:
     """The price of ``func(*args, **kwargs) -> out`` on ``cluster.device``, or None if free."""
-    if func.namespace != "aten" or func.is_view:
-        return None
-    name = compat.op_schema(func).name
-    if name in _FREE:
+    info = _INFO.get(func)
+    if info is None:
+        info = _INFO[func] = _OpInfo(func)
+    if info.free:
         return None
     device = cluster.device
-    gathered = _gathered_bytes(name, args, out)
+    gathered = _gathered_bytes(info.name, args, out) if info.gathers else None
     if gathered is None:
-        read = sum(tensor_bytes(t) for t in _read_tensors(func, name, args, kwargs))
-        written = sum(tensor_bytes(t) for t in _tensors(out))
+        read = info.read_bytes(args, kwargs)
+        written = (
+            tensor_bytes(out) if isinstance(out, torch.Tensor) else sum(map(tensor_bytes, _tensors(out)))
+        )
     else:
         read, written = gathered
-    flops = _flops(func, name, args, kwargs, out)
+    flops = info.flops(args, kwargs, out)
     moved = read + written
-    seconds = max(
-        flops / device.flops_per_second(_dtype_key(name, out, args, cluster.tf32)),
-        moved / device.bytes_per_second,
-    )
+    seconds = moved / device.bytes_per_second
+    if flops:
+        seconds = max(
+            seconds, flops / device.flops_per_second(_dtype_key(info.name, out, args, cluster.tf32))
+        )
     return Cost(round((seconds + device.launch_s) * 1e9), flops, moved)
