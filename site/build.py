@@ -52,7 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from sphinx.cmd.build import build_main
     except ImportError:
-        print("site: Sphinx is not installed here; run nox -s site, or pip install -e '.[site]'", file=sys.stderr)
+        print(
+            "site: Sphinx is not installed here; run nox -s site, or pip install -e '.[site]'",
+            file=sys.stderr,
+        )
         return 2
 
     out = args.out.resolve()

@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def _parser():
     name = "course_quiz_parse"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "course_utils" / "notebook" / "quiz_parse.py")
+        spec = importlib.util.spec_from_file_location(
+            name, ROOT / "course_utils" / "notebook" / "quiz_parse.py"
+        )
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # dataclasses look their module up here
         spec.loader.exec_module(module)

@@ -62,7 +62,9 @@ def purge(app, env, docname) -> None:
 
 def merge(app, env, docnames, other) -> None:
     env.course_sections = getattr(env, "course_sections", {})
-    env.course_sections.update({d: s for d, s in getattr(other, "course_sections", {}).items() if d in docnames})
+    env.course_sections.update(
+        {d: s for d, s in getattr(other, "course_sections", {}).items() if d in docnames}
+    )
 
 
 def _linkable(text: nodes.Text) -> bool:
