@@ -29,7 +29,7 @@ extensions = [
     "sphinx.ext.mathjax",
     "sphinx-mathjax-offline",  # MathJax 3 from its wheel, copied into _static/mathjax
     "error_cells",  # site/_ext: a stored error output fails the build
-    "output_notes",  # site/_ext: what the ⏱ and ⚙ lines and the explorers' sliders are
+    "page_notes",  # site/_ext: the ⏱ and ⚙ lines, the explorers' sliders, the quiz's answers
     "section_links",  # site/_ext: "section 5" links to section 5; Jupyter's heading anchors
     "launch_kaggle",  # site/_ext: Kaggle beside the theme's Colab button
 ]

@@ -211,6 +211,8 @@ const launch = [...document.querySelectorAll('.dropdown-launch-buttons a')].map(
 return {
   images: images.map(i => [i.complete, i.naturalWidth]),
   math: document.querySelectorAll('mjx-container').length,
+  markerNotes: document.querySelectorAll('.admonition.course-markers').length,
+  markers: document.querySelectorAll('abbr.course-marker[title]').length,
   launch: launch,
 };
 """
@@ -292,6 +294,26 @@ def test_every_stored_figure_is_shown_and_the_math_is_typeset(pages):
             wrong[source.name] = f"{formulas} formulas, {pages[page_of(source)]['math']} typeset"
     assert not wrong, wrong
     assert pages["chapters/06_pipeline_parallel.html"]["math"] >= 1  # the bubble fraction's formula
+
+
+@pytest.mark.launches
+def test_the_markers_are_explained_where_they_appear(pages):
+    """A page whose outputs hold ⏱ or ⚙ has one note on them, and a tooltip on every marker."""
+    wrong = {}
+    for source in [*CHAPTERS, *SOLUTIONS]:
+        printed = "".join(
+            "".join(output.get("text", ""))
+            for cell in notebook(source)["cells"]
+            for output in cell.get("outputs", [])
+            if output.get("output_type") == "stream"
+        )
+        marks = printed.count("⏱") + printed.count("⚙")
+        facts = pages[page_of(source)]
+        if facts["markerNotes"] != (1 if marks else 0) or facts["markers"] < marks:
+            wrong[source.name] = (
+                f"{marks} markers printed; notes {facts['markerNotes']}, tooltips {facts['markers']}"
+            )
+    assert not wrong, wrong
 
 
 def expected_launch(source: Path) -> set[str]:
@@ -409,6 +431,11 @@ def test_every_internal_link_resolves_and_the_cross_links_are_made(built, server
         )
         linked = [t for t, _ in page.targets if re.match(r"\.\./solutions/chapter\d\d\.html#.+", t)]
         assert len(linked) >= len(exercises), f"{source.name}: {exercises} -> {linked}"
+        quiz = ROOT / "quiz" / f"chapter{source.name[:2]}.md"
+        if re.match(r"\d\d_", source.name) and quiz.exists():
+            assert f"../quiz/{quiz.stem}.html" in [t for t, _ in page.targets], (
+                f"{source.name}: no link to its quiz"
+            )
         references = len(re.findall(SECTION_REFERENCE, prose))
         sections = [t for t, cls in page.targets if "section-link" in cls]
         assert len(sections) == references, f"{source.name}: {references} references, {len(sections)} links"

@@ -1,5 +1,5 @@
 // The ⏱ and ⚙ markers in a notebook's outputs, explained where they appear: each one gets a
-// tooltip (site/_ext/output_notes.py puts the longer note before the first marked output).
+// tooltip (site/_ext/page_notes.py puts the longer note before the first marked output).
 document.addEventListener("DOMContentLoaded", () => {
   const meaning = {
     "⏱": "⏱ a time, rate or bandwidth measured on the machine that ran this notebook: yours will differ",

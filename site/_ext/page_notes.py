@@ -1,4 +1,4 @@
-"""Notes on a notebook page where its outputs need one: the ⏱ / ⚙ lines and the explorers.
+"""Notes on a notebook page where it needs one: the ⏱ / ⚙ lines, the explorers, the quiz.
 
 - Before the first cell whose output holds a ⏱ or ⚙ line: what the markers mean (a value
   measured on the machine that ran the notebook), with a link to ``reading-outputs``; later ones
@@ -6,9 +6,13 @@
 - After an explorer's cell (an ipywidgets view in its outputs): the page shows its figure at the
   starting values, and the sliders need a running notebook. The widgets are not embedded: that
   would load a widget manager from a CDN and show sliders that cannot redraw anything.
+- At the end of a chapter's "Quiz" section: a link to the quiz's page, where each answer is
+  folded under its question.
 """
 
 from __future__ import annotations
+
+import re
 
 from docutils import nodes
 from sphinx import addnodes
@@ -51,6 +55,20 @@ def _doc_link(docname: str, target: str, text: str) -> addnodes.pending_xref:
     return link
 
 
+def _quiz_link(app, doctree) -> None:
+    chapter = re.match(r"chapters/(\d\d)_", app.env.docname)
+    quiz = f"quiz/chapter{chapter[1]}" if chapter else None
+    if quiz not in app.env.found_docs:
+        return
+    for section in doctree.findall(nodes.section):
+        if section[0].astext().strip() == "Quiz":
+            link = _doc_link(app.env.docname, f"/{quiz}", f"Quiz {chapter[1]}")
+            section += nodes.paragraph(
+                "", "", link, nodes.Text(": the same questions, each answer folded under it.")
+            )
+            return
+
+
 def add_notes(app, doctree) -> None:
     cells = _cells(doctree)
     marked = [c for c in cells if any(m in o.astext() for o in _outputs(c) for m in MARKERS)]
@@ -62,6 +80,7 @@ def add_notes(app, doctree) -> None:
         if any(c.get("mime_type") == WIDGET_VIEW for c in cell.findall(nodes.container)):
             note = _note("Explorer", ["course-explorer"], nodes.Text(EXPLORER_TEXT))
             cell.parent.insert(cell.parent.index(cell) + 1, note)
+    _quiz_link(app, doctree)
 
 
 def setup(app):
