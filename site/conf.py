@@ -20,7 +20,7 @@ RELEASE = release_info(HERE.parent / "pyproject.toml")
 
 project = "Distributed Training for Large Recommendation Models"
 author = "the course's authors"
-copyright = "the course's authors, Apache-2.0"
+copyright = "the course's authors, under the Apache-2.0 license"
 version = release = RELEASE.version
 
 extensions = [
@@ -35,8 +35,7 @@ extensions = [
 ]
 
 root_doc = "index"
-exclude_patterns = ["README.md", "**/.ipynb_checkpoints", "_build"]
-suppress_warnings = []
+exclude_patterns = ["README.md", "**/.ipynb_checkpoints"]  # README.md: only included by index.md
 
 # The notebooks are shown as committed: nbval has compared exactly these outputs.
 nb_execution_mode = "off"
@@ -67,5 +66,6 @@ html_theme_options = {
     "home_page_in_toc": True,
     "show_toc_level": 2,
     "navigation_with_keys": False,
+    "footer_content_items": ["copyright.html"],
     "navbar_persistent": [],  # search lives in the sidebar; no second field in a header bar
 }

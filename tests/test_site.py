@@ -422,6 +422,9 @@ def test_every_internal_link_resolves_and_the_cross_links_are_made(built, server
                 broken.append(f"{name}: {target} (no id {parts.fragment!r})")
     assert not broken, "\n".join(broken[:50])
 
+    home = [t for t, _ in parsed["index.html"].targets if t.startswith("chapters/")]
+    assert list(dict.fromkeys(home)) == [page_of(p) for p in CHAPTERS]  # course order: 00, 00a, 01 ...
+
     for source in CHAPTERS:
         page = parsed[page_of(source)]
         prose = markdown_prose(source)

@@ -26,10 +26,6 @@ class Release:
     def tag(self) -> str:
         return f"v{self.version}"
 
-    def blob_url(self, path: str) -> str:
-        """The address of ``path`` (relative to the repository's root) at this release."""
-        return f"{self.repository}/blob/{self.tag}/{path}"
-
 
 def release_info(pyproject: Path) -> Release:
     """Read ``[project.urls] Repository`` and ``[project] version``; one line if either is missing."""

@@ -22,8 +22,8 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 MARKERS_TEXT = (
     "In the outputs below, what follows ⏱ on a line is a time, rate or bandwidth measured when "
     "the notebook was run, and what follows ⚙ is another value that depends on the machine (a "
-    "trained metric's last digits, a float difference, a device name). Yours will differ; what "
-    "the text claims about them, the cells assert, and that holds on every machine. "
+    "trained metric's last digits, a float difference, a device name). Yours will differ: the "
+    "cells assert only what holds on every machine. "
 )
 EXPLORER_TEXT = (
     "This is the explorer's figure at its starting values. In a running notebook (JupyterLab, or "
