@@ -88,6 +88,7 @@ CHAPTER_OF_FILE = {
     "test_solutions.py": (),
     "test_stress_tool.py": (),
     "test_wheel.py": (),
+    "test_site.py": (),  # the website (site/): built, served on loopback, read in Chromium
     # tests/gpu: run on GPU machines only (README, "GPUs")
     "test_chapters.py": (),
     "test_one_gpu.py": (),
