@@ -237,6 +237,28 @@ def test_labels_follow_forward_backward_and_the_optimizer():
         cluster.modeled_time()
 
 
+def test_work_the_operators_do_not_show():
+    cluster.install(TEST)
+    try:
+        start = cluster.modeled_ns()
+        cluster.spend(0.002, "write to storage")  # blocking: the stream waits 2 ms
+        assert cluster.modeled_ns() == start + 2_000_000
+        first = cluster.in_background(0.003, "async write")  # beside the stream: no wait now
+        second = cluster.in_background(0.001, "async write")  # queued behind the first on its lane
+        assert cluster.modeled_ns() == start + 2_000_000
+        assert second.interval() == (start + 5_000_000, start + 6_000_000)
+        second.wait()
+        assert cluster.modeled_ns() == start + 6_000_000
+        first.wait()  # already over: nothing more
+        assert cluster.modeled_ns() == start + 6_000_000
+        with pytest.raises(ValueError, match="must be >= 0"):
+            cluster.spend(-1, "x")
+        lanes = {s.lane for s in cluster.timeline().spans}
+        assert lanes == {"compute", "storage"}
+    finally:
+        cluster.uninstall()
+
+
 def test_meta_tensors_cost_what_real_ones_do():
     def step(device):
         cluster.install(TEST)

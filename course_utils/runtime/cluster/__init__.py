@@ -20,6 +20,9 @@ whatever GPUs this machine has), or in a torchrun script with ``COURSE_CLUSTER=h
 * ``timeline()``: this rank's spans (``ClusterTimeline``; ``ClusterTimeline.merge`` the ranks'
   results, then ``.plot()`` or ``.to_chrome_trace(path)``);
 * ``region(name)``: name the compute spans run inside it;
+* ``spend(seconds, name)``: work the operators do not show (a blocking write to storage, host
+  code you model), on the compute stream; ``in_background(seconds, name, lane)``: such work on a
+  lane of its own (an asynchronous checkpoint's write), joined later with ``.wait()``;
 * ``charged()``: operators, FLOPs and bytes priced so far.
 
 A model on the ``meta`` device runs at real sizes without real compute: its operators are priced
@@ -60,6 +63,8 @@ __all__ = [
     "modeled_ns",
     "timeline",
     "region",
+    "spend",
+    "in_background",
     "charged",
 ]
 
@@ -208,3 +213,49 @@ def charged() -> dict:
     """``{"ops", "flops", "bytes"}`` this rank's clock has priced so far."""
     clock = _require().clock
     return {"ops": clock.ops, "flops": clock.flops, "bytes": clock.bytes}
+
+
+def spend(seconds: float, name: str) -> None:
+    """Keep this rank's compute stream busy for ``seconds`` of modeled time under ``name``: work
+    the operators do not show, such as a blocking write to storage."""
+    state = _require()
+    ns = round(seconds * 1e9)
+    if ns < 0:
+        raise ValueError(f"spend(seconds=...) must be >= 0, got {seconds!r}")
+    clock = state.clock
+    with clock.lock:
+        start = clock.now
+        clock.now += ns
+        clock.busy_until(start, clock.now)
+        clock.record_compute(str(name), start, clock.now)
+
+
+class Background:
+    """Work on a lane of its own (``in_background``); ``wait()`` joins it to the rank's clock."""
+
+    def __init__(self, start: int, end: int):
+        self.start, self.end = start, end
+
+    def interval(self) -> tuple[int, int]:
+        return self.start, self.end
+
+    def wait(self) -> None:
+        from course_utils.runtime.cluster.clock import Ready
+
+        _require().clock.join(Ready(self.end))
+
+
+def in_background(seconds: float, name: str, lane: str = "storage") -> Background:
+    """Work of ``seconds`` on ``lane``, beside the compute stream: it starts now, or when the lane
+    has finished what it was given before, and does not hold the stream; ``.wait()`` on the
+    result makes the stream wait for it (an asynchronous checkpoint's write, say)."""
+    state = _require()
+    ns = round(seconds * 1e9)
+    if ns < 0:
+        raise ValueError(f"in_background(seconds=...) must be >= 0, got {seconds!r}")
+    clock = state.clock
+    with clock.lock:
+        start = max(clock.current(), clock.lanes_free.get(lane, 0))
+        clock.lanes_free[lane] = start + ns
+    clock.record_communication(lane, str(name), start, start + ns)
+    return Background(start, start + ns)

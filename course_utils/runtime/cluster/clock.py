@@ -95,6 +95,7 @@ class RankClock:
         self.spans: list[Span] = []  # communication and callbacks (recorded from any thread)
         self.tags: dict[int, tuple] = {}  # storage key -> (weak ref to the tensor, communication)
         self.regions: list[str] = []
+        self.lanes_free: dict[str, int] = {}  # background lanes (``in_background``): when each is free
         self.phase = {"forward": 0, "optimizer": 0}
         self.ops = self.flops = self.bytes = 0
         speed = cluster.compute_speed_during_communication
@@ -168,9 +169,13 @@ class RankClock:
             start = self.now
             self.now += cost.ns
             _merge_in(self.busy, start, self.now)
-            self._record(self.label(), start, self.now)
+            self.record_compute(self.label(), start, self.now)
 
-    def _record(self, name: str, start: int, end: int) -> None:
+    def busy_until(self, start: int, end: int) -> None:
+        """The compute stream was busy over ``[start, end)`` (for the overlap price)."""
+        _merge_in(self.busy, start, end)
+
+    def record_compute(self, name: str, start: int, end: int) -> None:
         """Add a compute span, extending the last one if it continues it under the same name."""
         last = self.compute[-1] if self.compute else None
         if last is not None and last.name == name and last.end_ns == start:
@@ -205,7 +210,7 @@ class RankClock:
                 slowdown = round(max(overlapped, 0) * self._slow)
                 _merge_in(self.joined, start, end)
             if slowdown:
-                self._record("slowed by communication", self.now, self.now + slowdown)
+                self.record_compute("slowed by communication", self.now, self.now + slowdown)
                 _merge_in(self.busy, self.now, self.now + slowdown)
             self.now = max(self.now + slowdown, end)
 

@@ -24,24 +24,34 @@ def _lane_colour(lane: str) -> str:
     return LANE_COLOURS["collectives"]
 
 
-def draw_lanes(ax, rows: list[str], bars, xmax: float, background: bool = True, text_colour: str = "white"):
-    """Draw ``bars`` (``(row, start, duration, colour, text)``; row 0 on top) on ``ax`` over
-    ``[0, xmax]``; ``text`` is written in a bar where it fits (or the first of a tuple of
-    shorter texts that fits). Returns ``ax``."""
-    ax.set_xlim(0, xmax * 1.09 if xmax > 0 else 1)
+def draw_lanes(ax, rows: list[str], bars, xmax: float, background: float | None = None):
+    """Draw ``bars`` on ``ax`` over ``[0, xmax]``, one row per label in ``rows`` (row 0 on top).
+
+    A bar is ``(row, start, duration, colour, text)`` or ``(..., text, text_colour)``: ``text``
+    is written inside it where it fits (a tuple of texts: the first that fits), in white unless
+    ``text_colour`` says otherwise. ``background``: each row is shaded grey up to that time
+    (idle unless a bar covers it). Returns ``ax``."""
+    width = xmax * 1.09 if xmax > 0 else 1.0
+    ax.set_xlim(0, width)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     fig = ax.figure
-    points_per_unit = ax.get_position().width * fig.get_figwidth() * 72 / (xmax * 1.09 if xmax > 0 else 1)
+    points_per_unit = ax.get_position().width * fig.get_figwidth() * 72 / width
     if background:
         for row in range(len(rows)):
-            ax.barh(row, xmax, left=0, height=0.8, color="#e4e4e4", linewidth=0)
-    for row, start, duration, colour, text in bars:
+            ax.barh(row, background, left=0, height=0.8, color="#e4e4e4", linewidth=0)
+    for row, start, duration, colour, text, *rest in bars:
         ax.barh(row, duration, left=start, height=0.8, color=colour, edgecolor="white", linewidth=0.6)
-        options = text if isinstance(text, tuple) else (text,)
-        for label in options:
+        for label in text if isinstance(text, tuple) else (text,):
             if label and duration * points_per_unit > 4.3 * len(label) + 2:
+                colour_of_text = rest[0] if rest else "white"
                 ax.text(
-                    start + duration / 2, row, label, ha="center", va="center", fontsize=7, color=text_colour
+                    start + duration / 2,
+                    row,
+                    label,
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color=colour_of_text,
                 )
                 break
     ax.set_yticks(range(len(rows)), rows, fontsize=8)
@@ -67,7 +77,7 @@ def plot_cluster_timeline(timeline, ax=None, title: str | None = None):
         (index[s.rank, s.lane], (s.start_ns - t0) / 1e6, s.duration_ns / 1e6, _lane_colour(s.lane), s.name)
         for s in timeline.spans
     ]
-    draw_lanes(ax, rows, bars, timeline.makespan_ns / 1e6)
+    draw_lanes(ax, rows, bars, timeline.makespan_ns / 1e6, background=timeline.makespan_ns / 1e6)
     ax.set_xlabel("modeled time (ms)", fontsize=8)
     ax.set_title(title or timeline.label, fontsize=9)
     return ax.figure
