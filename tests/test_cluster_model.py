@@ -231,6 +231,9 @@ def test_labels_follow_forward_backward_and_the_optimizer():
         assert [s.name for s in spans] == ["data", "forward", "compute", "backward", "optimizer"]
         assert spans[-1].end_ns == cluster.modeled_ns()
         assert cluster.charged()["ops"] > 5 and cluster.modeled_time() == cluster.modeled_ns() / 1e9
+        by_op = cluster.charged(by_op=True)["by_op"]
+        assert by_op["aten::addmm"]["calls"] == 1 and by_op["aten::addmm"]["flops"] == 2 * 32 * 64 * 64
+        assert sum(t["ns"] for t in by_op.values()) == cluster.modeled_ns()
     finally:
         cluster.uninstall()
     with pytest.raises(RuntimeError, match="no modeled cluster in this process"):
