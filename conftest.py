@@ -43,6 +43,8 @@ CHAPTER_OF_FILE = {
     "test_train.py": (1,),
     "test_collectives.py": (2,),
     "test_wire.py": (2, 4),
+    "test_cluster_model.py": (2,),
+    "test_cluster_ranks.py": (2, 4, 6),
     "test_gpu_report.py": (4,),
     "test_compat.py": (2, 7),
     "test_torchrun.py": (2, 8),
@@ -90,6 +92,7 @@ CHAPTER_OF_FILE = {
     "test_solutions.py": (),
     "test_stress_tool.py": (),
     "test_wheel.py": (),
+    "test_site.py": (),  # the website (site/): built, served on loopback, read in Chromium
     # tests/gpu: run on GPU machines only (README, "GPUs")
     "test_chapters.py": (),
     "test_one_gpu.py": (),
@@ -101,6 +104,7 @@ CHAPTER_OF_FILE = {
 
 # Files whose tests start processes throughout (ranks, torchrun, kernels, venvs).
 LAUNCH_FILES = {
+    "test_cluster_ranks.py",
     "test_launch.py",
     "test_launch_in_kernel.py",
     "test_torchrun.py",

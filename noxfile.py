@@ -6,6 +6,7 @@
     nox -s chapter -- 04            # chapter 04's tests, notebooks and worked solution (nbval)
     nox -s regenerate -- 04         # re-execute chapter 04's notebooks and solution, outputs stored
     nox -s stress -- 04 [--runs N]  # chapter 04's notebooks N times in a row (tools/stress.py)
+    nox -s site                     # the course as a website, into build/site/ (site/build.py)
 
 A chapter's notebooks are its main path and its appendices (``04a_...``).
     nox -s ci                       # .ci/run, exactly as CI runs it (it builds its own venvs)
@@ -20,9 +21,15 @@ Not taught in a chapter: the maintainers' loop (CONTRIBUTING.md, "The dev loop")
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import nox
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["lint", "unit"]
@@ -96,6 +103,16 @@ def stress(session: nox.Session) -> None:
     _install(session)
     notebooks = [n for n in _notebooks(number) if n.startswith("chapters/")]
     session.run("python", "tools/stress.py", *session.posargs[1:], *notebooks)
+
+
+@nox.session
+def site(session: nox.Session) -> None:
+    """The course as a website in build/site/, from the committed, executed notebooks (site/build.py).
+    Installs only pyproject.toml's site extra (neither the course nor torch); options after -- go to
+    the build (--out DIR) or to sphinx-build (-E: read every page again)."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    session.install(*pyproject["project"]["optional-dependencies"]["site"])
+    session.run("python", "site/build.py", *session.posargs)
 
 
 @nox.session(venv_backend="none")

@@ -5,7 +5,7 @@ can show it (``show_source``) and the tests can check it against PyTorch.
 
 The names most chapters use are importable from the top level::
 
-    from course_utils import launch, devices, show_source, quiz
+    from course_utils import launch, devices, show_source, quiz, Cluster, modeled_time
 
 The tree is layered; each layer imports only the ones before it (``tests/test_imports.py``):
 
@@ -67,6 +67,8 @@ _HOME = {
     "LaunchTimeoutError": "runtime.launcher",
     "RankFailedError": "runtime.launcher",
     "Wire": "runtime.wire",
+    "Cluster": "runtime.cluster",
+    "modeled_time": "runtime.cluster",
     "devices": "runtime.hardware",
     "gpu_count": "runtime.hardware",
     "gpu_names": "runtime.hardware",

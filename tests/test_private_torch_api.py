@@ -53,6 +53,16 @@ ALLOWED = {
         "WireGroup overrides the method dist.reduce_scatter_tensor calls on a group (as for "
         "_allgather_base); its call into gloo goes through compat."
     ),
+    ("course_utils/runtime/cluster/group.py", "_allgather_base"): (
+        "ModeledGroup, a Python ProcessGroup, overrides the method dist.all_gather_into_tensor calls "
+        "on a group, so that the flat all-gather (FSDP's, DTensor's) is timed on the modeled "
+        "network too; an override has to be defined on the subclass. Its call into gloo goes "
+        "through compat."
+    ),
+    ("course_utils/runtime/cluster/group.py", "_reduce_scatter_base"): (
+        "ModeledGroup overrides the method dist.reduce_scatter_tensor calls on a group (as for "
+        "_allgather_base); its call into gloo goes through compat."
+    ),
     ("course_utils/pipeline/torch_pipelining.py", "_get_init_p2p_neighbors_ops"): (
         "Stage subclasses PipelineStage to override the method PipelineStage calls to build its "
         "handshake with its neighbours; an override has to be defined on the subclass. "

@@ -5,11 +5,12 @@
 # pair) and by hand for the README's "Tested on" table (Kaggle's torch, the newest release).
 #
 #   tools/other_torch.sh 2.9.1 --unit-tests --older-isa     # CI part 2: the floor, SSE4.2 kernels
-#   tools/other_torch.sh 2.11.0 --python 3.13               # CI part 3: Colab's pair
+#   tools/other_torch.sh 2.11.0 --python 3.13 --tests tests/test_cluster_ranks.py   # CI part 3
 #   tools/other_torch.sh 2.10.0                             # Kaggle's torch
 #
 # --python X.Y   a Python X.Y found on PATH (pythonX.Y) or under pyenv; it fails loudly if none is
 # --unit-tests   run `pytest tests -m "not wheel"` before the notebooks
+# --tests FILE   also run this test file before the notebooks (repeatable)
 # --older-isa    ATen's and MKL's kernels held to older vector instructions
 #                (ATEN_CPU_CAPABILITY=default, MKL_ENABLE_INSTRUCTIONS=SSE4_2)
 # --venv DIR     where the venv goes (default .venv-torch-VERSION)
@@ -17,17 +18,18 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-usage() { sed -n '2,15p' "$0" >&2; exit 2; }
+usage() { sed -n '2,16p' "$0" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 version=$1
 shift
-python_version="" unit=0 isa=() venv=""
+python_version="" unit=0 isa=() venv="" tests=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --python) python_version=${2:?--python needs X.Y}; shift 2 ;;
         --unit-tests) unit=1; shift ;;
         --older-isa) isa=(ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2); shift ;;
         --venv) venv=${2:?--venv needs a folder}; shift 2 ;;
+        --tests) tests+=("${2:?--tests needs a test file}"); shift 2 ;;
         *) usage ;;
     esac
 done
@@ -73,6 +75,11 @@ if [ "$unit" -eq 1 ]; then
     python -m pytest -q tests -m "not wheel"
     rc=$?
     echo "other_torch.sh: unit tests on torch $version: exit $rc after $(( $(date +%s) - start )) s"
+fi
+if [ "$rc" -eq 0 ] && [ "${#tests[@]}" -gt 0 ]; then
+    env "${isa[@]}" python -m pytest -q "${tests[@]}"
+    rc=$?
+    echo "other_torch.sh: ${tests[*]} on torch $version: exit $rc after $(( $(date +%s) - start )) s"
 fi
 if [ "$rc" -eq 0 ]; then
     env "${isa[@]}" python -m pytest -q --nbval chapters solutions

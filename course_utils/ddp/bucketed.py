@@ -199,9 +199,11 @@ class BucketedDDP(NaiveDDP):
 
     def _rebuild_buckets(self) -> None:
         """Rebuild the buckets in the order the gradients arrived (rank 0's order, on every rank)."""
-        # on the parameters' device: an NCCL group has no CPU backend
+        # on the parameters' device: an NCCL group has no CPU backend (and on the CPU for a model
+        # on the meta device, whose tensors hold no numbers to send)
+        device = next(self.module.parameters()).device
         order = torch.tensor(
-            self._ready_order, dtype=torch.int64, device=next(self.module.parameters()).device
+            self._ready_order, dtype=torch.int64, device="cpu" if device.type == "meta" else device
         )
         dist.broadcast(order, src=self.src, group=self.group)
         self._build_buckets(order.tolist())

@@ -42,8 +42,6 @@ Taught in chapter 06's appendix 06a (section 2, the executor; section 3, measure
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -52,7 +50,7 @@ from course_utils.pipeline.lowering import consumer_stage, lower
 from course_utils.pipeline.mlp import MLPConfig, loss_fn
 from course_utils.pipeline.schedules import ACTION_KINDS, Action, Schedule
 from course_utils.pipeline.validate import dependencies, execution_order
-from course_utils.runtime.timing import CudaSpan, synchronize
+from course_utils.runtime.timing import CudaSpan, now, synchronize
 
 
 class StageWorker:
@@ -201,7 +199,7 @@ def run_step(program: list, workers: dict, schedule: Schedule, data: tuple, devi
     s, rank, (xs, ys) = schedule, dist.get_rank(), data
     inbox, outbox, arriving, sending, spans = {}, {}, {}, [], []
     plan = batches(program, s)
-    t0 = time.perf_counter()
+    t0 = now()
     origin = CudaSpan(device).start()  # time zero of this step's timeline
     for item in plan:
         if isinstance(item, list):  # messages: post them together, move on
@@ -236,7 +234,7 @@ def run_step(program: list, workers: dict, schedule: Schedule, data: tuple, devi
     for work, _ in sending:
         work.wait()
     synchronize(device)
-    return [(a, *span.interval()) for a, span in spans], (time.perf_counter() - t0) * 1e3
+    return [(a, *span.interval()) for a, span in spans], (now() - t0) * 1e3
 
 
 class ScheduleRunner:

@@ -16,6 +16,8 @@ from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from course_utils.runtime.cluster.plot import draw_lanes
+
 COLORS = {"F": "#4C72B0", "B": "#DD8452", "W": "#55A868"}
 LEGEND = {"F": "F forward", "B": "B backward", "W": "W weight grad"}
 DPI = 80
@@ -30,17 +32,29 @@ def _colour(kind: str, chunk: int, chunks: int):
 def draw_gantt(
     timeline, ax, title: str | None = None, xmax: float | None = None, labels: bool = True
 ) -> None:
-    """Draw ``timeline`` as a Gantt chart on ``ax``: one row per device, device 0 on top;
+    """Draw ``timeline`` as a Gantt chart on ``ax`` (the course's one timeline plot,
+    ``runtime.cluster.plot.draw_lanes``): one row per device, device 0 on top;
     ``labels``: write F(n,m) (or m) in the bars where it fits."""
     t0, span = timeline.start, timeline.makespan
     p, v = timeline.num_devices, timeline.meta.get("v", 1)
     xmax = xmax or span
-    ax.set_xlim(0, xmax * 1.09)
-    ax.set_ylim(p - 0.5, -0.5)
-    fig = ax.figure
-    points_per_unit = ax.get_position().width * fig.get_figwidth() * 72 / (xmax * 1.09)
+    bars = []
+    for e in timeline.events:
+        a = e.action
+        chunk = a.stage // p
+        text = (str(a), str(a.microbatch)) if labels else ""
+        bars.append(
+            (
+                e.device,
+                e.start - t0,
+                e.duration,
+                _colour(a.kind, chunk, v),
+                text,
+                "white" if chunk == 0 else "black",
+            )
+        )
+    draw_lanes(ax, [f"device {d}" for d in range(p)], bars, xmax, background=span)
     for d in range(p):
-        ax.barh(d, span, left=0, height=0.8, color="#e4e4e4", linewidth=0)  # idle unless covered
         ax.text(
             span + xmax * 0.01,
             d,
@@ -49,31 +63,6 @@ def draw_gantt(
             fontsize=7,
             color="#555",
         )
-    for e in timeline.events:
-        a = e.action
-        colour = _colour(a.kind, a.stage // p, v)
-        ax.barh(
-            e.device,
-            e.duration,
-            left=e.start - t0,
-            height=0.8,
-            color=colour,
-            edgecolor="white",
-            linewidth=0.6,
-        )
-        width_pts = e.duration * points_per_unit
-        for label in (str(a), str(a.microbatch)) if labels else ():
-            if width_pts > 4.3 * len(label) + 2:
-                ax.text(
-                    e.start - t0 + e.duration / 2,
-                    e.device,
-                    label,
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="white" if a.stage // p == 0 else "black",
-                )
-                break
     kinds = sorted({e.action.kind for e in timeline.events}, key="FBW".index)
     ax.legend(
         handles=[Patch(color=COLORS[k], label=LEGEND[k]) for k in kinds],
@@ -82,8 +71,6 @@ def draw_gantt(
         loc="upper left",
         bbox_to_anchor=(1.0, 1.0),
     )
-    ax.set_yticks(range(p), [f"device {d}" for d in range(p)], fontsize=8)
-    ax.tick_params(axis="x", labelsize=8)
     ax.set_title(
         title or f"{timeline.name}: bubble {timeline.bubble_fraction:.1%} of device time", fontsize=9
     )

@@ -128,11 +128,14 @@ def run_schedules(
     warmup: int = 1,
     timeout: float = 120.0,
     wire=None,
+    cluster=None,
 ) -> list[PipelineRun]:
     """Run several schedules for the same ``p`` on the same processes, a step of each in
     turn (a fair comparison on a shared machine): ``warmup`` untimed steps, then ``steps``
     measured ones each (the same batch, no optimizer step, so every step computes the same).
-    ``wire``: the messages travel on that modeled network (``launch(..., wire=...)``)."""
+    ``wire``: the messages travel on that modeled network (``launch(..., wire=...)``).
+    ``cluster``: the processes run on that modeled cluster, and the times are its virtual time
+    (``launch(..., cluster=...)``): exact, the same on every machine."""
     if len({s.p for s in schedules}) != 1:
         raise ValueError(f"schedules run together need the same p, got {[s.p for s in schedules]}")
     for s in schedules:
@@ -146,6 +149,7 @@ def run_schedules(
         timeout=timeout,
         show_output=False,
         wire=wire,
+        cluster=cluster,
     )
     return [collect([r[i] for r in results], warmup, s) for i, s in enumerate(schedules)]
 
@@ -157,6 +161,7 @@ def run_schedule(
     warmup: int = 1,
     timeout: float = 120.0,
     wire=None,
+    cluster=None,
 ) -> PipelineRun:
     """Run ``schedule`` on ``schedule.p`` processes (see ``run_schedules``)."""
-    return run_schedules([schedule], config, steps, warmup, timeout, wire)[0]
+    return run_schedules([schedule], config, steps, warmup, timeout, wire, cluster)[0]

@@ -18,6 +18,10 @@ other use), each wrapped in a function that says what it reaches and why no publ
   torch's zero-bubble schedules, computed without processes;
 * ``module_tree_copy(module, device)``, ``set_parameter(module, name, tensor)``: a module's
   replica for another device, as ``torch.nn.parallel.replicate`` builds it;
+* ``DISPATCH_MODE_BASE``, ``op_schema(op)``, ``storage_key(t)``, ``in_autograd_backward()``: what
+  the modeled cluster's clock needs to price every operator a rank runs (the dispatch mode it
+  derives from, an operator's signature, which memory a tensor lives in, and whether autograd's
+  backward pass is running);
 * ``WORK_BASE``, ``register_cpu_backend(group, backend)``, ``backend_all_gather_into_tensor``,
   ``backend_reduce_scatter_tensor``: a process group written in Python (the wire), its ``Work``
   handles, the gloo group its unmodelled calls go to, and that group's flat-tensor collectives.
@@ -64,6 +68,10 @@ __all__ = [
     "backend_all_gather_into_tensor",
     "backend_reduce_scatter_tensor",
     "step_accepts_return_outputs",
+    "storage_key",
+    "in_autograd_backward",
+    "op_schema",
+    "DISPATCH_MODE_BASE",
 ]
 
 
@@ -248,3 +256,31 @@ def backend_reduce_scatter_tensor(group, output: torch.Tensor, input: torch.Tens
     """``group._reduce_scatter_base``: what ``dist.reduce_scatter_tensor`` calls on a process
     group (every supported torch); the wire passes the call on to its gloo group through here."""
     return group._reduce_scatter_base(output, input, opts)
+
+
+def storage_key(t: torch.Tensor) -> int:
+    """A number naming the memory ``t`` lives in, the same for every view of it and unique while
+    it lives, meta tensors included: the address of its ``c10::StorageImpl``,
+    ``UntypedStorage._cdata`` (every supported torch). ``data_ptr()`` is 0 for every meta tensor,
+    so it cannot tell two of them apart; nothing public names a storage."""
+    return t.untyped_storage()._cdata
+
+
+def in_autograd_backward() -> bool:
+    """Whether this thread is running a node of autograd's backward pass:
+    ``torch._C._current_autograd_node()`` is not None (every supported torch); nothing public
+    tells a backward kernel from a forward one."""
+    return torch._C._current_autograd_node() is not None
+
+
+#: The base class of a mode that sees every ATen operator a thread runs, after autograd:
+#: ``torch.utils._python_dispatch.TorchDispatchMode``, documented in "Extending PyTorch" under
+#: that private module path in every supported torch (2.9.1 to 2.15); no public alias exists.
+from torch.utils._python_dispatch import TorchDispatchMode as DISPATCH_MODE_BASE  # noqa: E402
+
+
+def op_schema(op):
+    """An ATen operator's signature (``torch._C.FunctionSchema``: its ``name`` such as
+    ``"aten::addmm"``, its ``arguments`` with which ones it writes): ``OpOverload._schema``, the
+    attribute torch's own FLOP counter and dispatch modes read (every supported torch)."""
+    return op._schema

@@ -14,7 +14,11 @@ work, not to do it. Two correct ways, both here:
   not stall the host in between: right for the pieces of a pipeline step.
 
 On the CPU both reduce to plain ``time.perf_counter``. Every timed path of the
-course uses one of them.
+course uses one of them, or ``now()``.
+
+In a rank of a modeled cluster (``launch(fn, cluster=...)``) all of them read the rank's
+virtual clock instead (``now()``: ``cluster.modeled_time()``, the modeled GPU's compute stream),
+so the same code measures the modeled cluster, exactly, whatever this machine is doing.
 
 Taught in chapters 01 to 06 (``Stopwatch`` in 01 and 05, ``synchronize`` in 03, ``CudaSpan`` in 06).
 """
@@ -24,6 +28,14 @@ from __future__ import annotations
 import time
 
 import torch
+
+from course_utils.runtime import cluster
+
+
+def now() -> float:
+    """Seconds on this process's clock: the modeled GPU's (virtual time) in a rank of a modeled
+    cluster, else ``time.perf_counter()``."""
+    return cluster.modeled_time() if cluster.installed() is not None else time.perf_counter()
 
 
 def synchronize(*devices: torch.device | str | None) -> None:
@@ -50,12 +62,12 @@ class Stopwatch:
 
     def __enter__(self) -> Stopwatch:
         synchronize(*self.devices)
-        self._start, self._cpu_start = time.perf_counter(), time.process_time()
+        self._start, self._cpu_start = now(), time.process_time()
         return self
 
     def __exit__(self, *exc) -> None:
         synchronize(*self.devices)
-        self.seconds = time.perf_counter() - self._start
+        self.seconds = now() - self._start
         self.cpu_seconds = time.process_time() - self._cpu_start
 
 
@@ -81,7 +93,7 @@ class CudaSpan:
 
     def _mark(self):
         if not self.cuda:
-            return time.perf_counter()
+            return now()
         event = torch.cuda.Event(enable_timing=True)
         event.record()
         return event

@@ -170,6 +170,7 @@ def launch(
     threads_per_rank: int = 1,
     show_output: bool = True,
     wire=None,
+    cluster=None,
 ) -> list:
     """Run ``fn(*args)`` on ``world_size`` ranks; return their results in rank order.
 
@@ -190,7 +191,8 @@ def launch(
     _check_platform()
     if timeout <= 0:
         raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
-    backend = pick_backend(world_size, backend)
+    cluster_json = _cluster_json(cluster, backend, wire)
+    backend = "gloo" if cluster is not None else pick_backend(world_size, backend)
     wire_json = _wire_json(wire, backend)
     method = _start_method(start_method)
     if method == "fork":
@@ -200,7 +202,13 @@ def launch(
         payload = _spawn_payload(fn, args, backend)
     run_dir = Path(tempfile.mkdtemp(prefix="course_launch_"))
     spec = RankSpec(
-        str(run_dir), backend, init_group, threads_per_rank, group_timeout_s=timeout + 60, wire_json=wire_json
+        str(run_dir),
+        backend,
+        init_group,
+        threads_per_rank,
+        group_timeout_s=timeout + 60,
+        wire_json=wire_json,
+        cluster_json=cluster_json,
     )
     config = _launch_config(world_size, method, run_dir, timeout)
     saved_env, saved_signals = dict(os.environ), current_signal_handlers()
@@ -269,6 +277,24 @@ def _wire_json(wire, backend: str) -> str | None:
             "on GPUs NCCL's real network is what you measure; pass backend='gloo' to use the wire"
         )
     return wire.to_json()
+
+
+def _cluster_json(cluster, backend: str, wire) -> str | None:
+    """The cluster as the ranks receive it, or None; refuses what cannot go with it."""
+    if cluster is None:
+        return None
+    from course_utils.runtime.cluster import Cluster
+
+    if not isinstance(cluster, Cluster):
+        raise TypeError(f"cluster must be a course_utils.Cluster (or None), got {type(cluster).__name__}")
+    if wire is not None:
+        raise LaunchError("pass cluster= or wire=, not both: a cluster has its network, Cluster(network=)")
+    if backend not in ("auto", "gloo"):
+        raise LaunchError(
+            f"a modeled cluster runs its ranks on the CPU over gloo, whatever GPUs this machine has; "
+            f"leave backend at 'auto' (got {backend!r})"
+        )
+    return cluster.to_json()
 
 
 def _launch_config(world_size: int, start_method: str, run_dir: Path, timeout: float) -> LaunchConfig:

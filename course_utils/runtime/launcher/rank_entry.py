@@ -40,6 +40,7 @@ class RankSpec:
     threads: int
     group_timeout_s: float
     wire_json: str | None = None  # a course_utils.Wire as JSON: the group runs on that network
+    cluster_json: str | None = None  # a course_utils.Cluster as JSON: the rank runs in its virtual time
 
 
 def marker(run_dir: str | Path, rank: int, kind: str) -> Path:
@@ -153,6 +154,10 @@ def _backend(spec: RankSpec) -> str:
     wire (``launch(..., wire=...)``), installed here so that ``fn``'s own groups may use it too."""
     from course_utils.runtime.hardware import group_backend
 
+    if spec.cluster_json is not None:
+        from course_utils.runtime.cluster import Cluster, install
+
+        return install(Cluster.from_json(spec.cluster_json))
     if spec.wire_json is None:
         return group_backend(spec.backend)
     from course_utils.runtime.wire import Wire, install
