@@ -152,6 +152,22 @@ def test_ctrl_c_during_a_launch_stops_the_ranks_and_what_they_started(tmp_path):
     assert len(pids) == 4 and [p for p in pids if process_tree.alive(p)] == []
 
 
+def returns_but_never_ends():
+    """The function returns, but the process cannot end: a thread that never stops keeps it alive,
+    as a rank that hangs in NCCL's teardown after its function returned."""
+    import torch.distributed as dist
+
+    threading.Thread(target=time.sleep, args=(600,), daemon=False).start()
+    return dist.get_rank()
+
+
+def test_a_rank_that_returned_but_never_ends_is_stopped_at_the_timeout():
+    start = time.monotonic()
+    with pytest.raises(LaunchTimeoutError, match=r"every rank's function returned, but rank\(s\) \[0, 1\]"):
+        launch(returns_but_never_ends, world_size=2, timeout=5, show_output=False)
+    assert time.monotonic() - start < 60
+
+
 def listening_sockets(pids: list[int]) -> list[tuple[int, str, int]]:
     """``(pid, address, port)`` of every TCP socket the processes ``pids`` listen on, read from
     ``/proc/<pid>/fd`` (which sockets each holds) and ``/proc/net/tcp{,6}`` (state 0A: LISTEN)."""

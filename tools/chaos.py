@@ -180,7 +180,7 @@ def one_run(
     """Run the job to its end through the interruptions ``kinds``, in order, each at a save
     beginning or a random step (``aims``). Returns the interruptions, the final hash and the pids
     left behind."""
-    mark, done, left = process_tree.new_mark(), [], []
+    mark, done, left, starts = process_tree.new_mark(), [], [], 1
     proc, since = start(command, mark, log), 0.0
     while True:
         left_ = len(kinds) - len(done)
@@ -196,6 +196,11 @@ def one_run(
         left += leftovers(mark, orphan_wait)
         if any(e["event"] == "finished" for e in events(folder)):
             break
+        starts += 1
+        if starts > len(kinds) + 2:  # more starts than interruptions: the job fails by itself
+            raise RuntimeError(
+                f"run {number}: the job keeps failing by itself (exit {proc.returncode}); see {log}"
+            )
         proc = start(command, mark, log)  # the same command again
     judge(done, events(folder))
     return done, [e for e in events(folder) if e["event"] == "finished"][-1]["sha256"], left
