@@ -138,7 +138,7 @@ BAD_INPUTS = [
     (
         "a test file of one row group",
         "--data {f}/train.parquet --test-data {f}/one.parquet",
-        "one.parquet has 1 row groups, not a multiple of the 2 ranks",
+        "one.parquet has 1 row group, not a multiple of the 2 ranks",
     ),
     (
         "train and test tables of other sizes",

@@ -121,8 +121,8 @@ def _row_groups_fit(info: dict, path: Path, flag: str, world: int) -> None:
         fixed = -(-groups // world) * world
         out = path.with_name(f"{path.stem}_{fixed}rg{path.suffix}")
         raise JobInputError(
-            f"{flag} {path} has {groups} row groups, not a multiple of the {world} ranks (each reads whole "
-            "row groups); repartition it: "
+            f"{flag} {path} has {groups} row group{'s' * (groups != 1)}, not a multiple of the {world} ranks "
+            "(each reads whole row groups); repartition it: "
             f"python -m course_utils.workload.data repartition {path} {out} {fixed}"
         )
 
