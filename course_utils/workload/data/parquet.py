@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from course_utils.runtime.checks import check_whole
+from course_utils.workload.data.file_checks import check_parquet_file
 from course_utils.workload.data.logs import ClickLogs
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
 ]
 
 _META_KEY = b"course_utils.cardinalities"
+_PREPROCESSING_KEY = b"course_utils.preprocessing"  # from-criteo's settings (criteo_convert.py)
 PathLike = str | Path
 
 
@@ -82,17 +84,20 @@ def write_row_groups(parts: Iterable[ClickLogs], path: PathLike) -> Path:
 
 
 def parquet_info(path: PathLike) -> dict:
-    """Rows, row groups, rows per row group and the tables' cardinalities (None if the file
-    was not written by ``write_parquet``) of a parquet file: its metadata only, no rows read."""
+    """Rows, row groups, rows per row group, the tables' cardinalities (None if the file was
+    written by neither ``write_parquet`` nor ``from-criteo``) and, from ``from-criteo``, its
+    preprocessing (else None) of a parquet file: its metadata only, no rows read. A file that is
+    not parquet gets a one-line error (``check_parquet_file``)."""
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(path)
+    pf = pq.ParquetFile(check_parquet_file(path))
     md, meta = pf.metadata, pf.schema_arrow.metadata or {}
     return {
         "rows": md.num_rows,
         "row_groups": md.num_row_groups,
         "rows_per_group": [md.row_group(i).num_rows for i in range(md.num_row_groups)],
         "cardinalities": tuple(json.loads(meta[_META_KEY])) if _META_KEY in meta else None,
+        "preprocessing": json.loads(meta[_PREPROCESSING_KEY]) if _PREPROCESSING_KEY in meta else None,
     }
 
 
@@ -123,15 +128,14 @@ def open_parquet(path: PathLike):
     """``(pyarrow.parquet.ParquetFile, cardinalities)`` of a file written by :func:`write_parquet`."""
     import pyarrow.parquet as pq
 
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path}: no such parquet file; write one with write_parquet(logs, path, row_groups)."
-        )
+    path = check_parquet_file(path)
     pf = pq.ParquetFile(path)
     meta = pf.schema_arrow.metadata or {}
     if _META_KEY not in meta:
-        raise ValueError(f"{path.name} was not written by write_parquet (no cardinalities in its metadata).")
+        raise ValueError(
+            f"{path.name} was written by neither write_parquet nor from-criteo "
+            "(no cardinalities in its metadata)."
+        )
     return pf, tuple(json.loads(meta[_META_KEY]))
 
 
