@@ -84,8 +84,7 @@ def write_criteo_tsv(logs: ClickLogs, path: str | Path, *, hashed_ids: bool = Tr
         raise ValueError("labels must be 0 or 1 to be written in Criteo's format.")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "wb") as f:
+    with gzip.open(path, "wb", compresslevel=6) if path.suffix == ".gz" else open(path, "wb") as f:
         for start in range(0, len(logs), _ROWS_PER_WRITE):
             f.write(_lines(logs[start : start + _ROWS_PER_WRITE], hashed_ids))
     return path

@@ -147,8 +147,8 @@ def read_row_groups(pf, groups: list[int], cardinalities) -> ClickLogs:
     names = table.column_names
     dcols = [c for c in names if c.startswith("I") and c[1:].isdigit()]
 
-    def column(name, dtype):
-        return table.column(name).to_numpy().astype(dtype, copy=False)
+    def column(name, dtype):  # writable: torch warns on tensors made from read-only arrays
+        return np.require(table.column(name).to_numpy(), dtype, ["W"])
 
     dense = (
         np.stack([column(c, np.float32) for c in dcols], axis=1)
