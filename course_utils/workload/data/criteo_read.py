@@ -27,6 +27,8 @@ import io
 import zlib
 from pathlib import Path
 
+import numpy as np
+
 from course_utils.workload.data.criteo_parse import N_FIELDS, NOT_UTF8_LABEL
 
 __all__ = ["CriteoReader", "check_criteo_file", "sniff", "estimate_lines"]
@@ -110,6 +112,18 @@ def check_criteo_file(path: str | Path) -> str:
     return kind
 
 
+def _has_empty_line(data: bytes) -> bool:
+    """Whether whole lines ``data`` hold an empty one (``\\n`` or ``\\r\\n`` alone). With numpy:
+    ``b"\\n\\n" in data`` is slow where every line is short of a match by one byte."""
+    ends = np.flatnonzero(np.frombuffer(data, np.uint8) == ord("\n"))  # [lines]
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    lengths = ends - starts
+    if not (lengths <= 1).any():
+        return False
+    short = starts[lengths == 1]
+    return bool((lengths == 0).any() or (np.frombuffer(data, np.uint8)[short] == ord("\r")).any())
+
+
 class _Utf8Lines(io.RawIOBase):
     """The bytes of ``stream``, except that each line that is not valid UTF-8 becomes
     ``_NOT_UTF8_LINE`` (same line count). ASCII blocks, the usual case, pass through unread."""
@@ -122,8 +136,7 @@ class _Utf8Lines(io.RawIOBase):
 
     def _clean(self, data: bytes) -> bytes:
         """Whole lines in, the same number of lines out."""
-        empty = data.startswith((b"\n", b"\r\n")) or b"\n\n" in data or b"\n\r\n" in data
-        if data.isascii() and not empty:
+        if data.isascii() and not _has_empty_line(data):
             return data
         lines = data.split(b"\n")
         whole = lines[:-1] if data.endswith(b"\n") else lines  # a last piece after the end is no line
@@ -145,15 +158,18 @@ class _Utf8Lines(io.RawIOBase):
                 chunk = self.stream.read(max(size - len(self.tail), 1))
             except (OSError, EOFError, zlib.error) as exc:  # a cut or corrupt gzip stream
                 self.error, chunk = exc, b""
-            data = self.tail + chunk
-            cut = data.rfind(b"\n") + 1 if chunk else len(data)
-            if cut == 0:  # no line end at all: a line longer than the block (the reader refuses it)
-                cut = len(data)
-            self.tail = data[cut:]
             if not chunk:
-                self.stream = None
-            self.out = self._clean(data[:cut])  # longer than size only if a line was replaced
-        piece, self.out = self.out[:size], self.out[size:]
+                self.stream, data, self.tail = None, self.tail, b""
+            else:
+                cut = chunk.rfind(b"\n") + 1
+                if cut == 0:  # no line end in this chunk: keep reading (the reader refuses huge lines)
+                    cut = len(chunk)
+                data, self.tail = self.tail + chunk[:cut], chunk[cut:]
+            self.out = self._clean(data)  # longer than size only if a line was replaced
+        if len(self.out) <= size:
+            piece, self.out = self.out, b""
+        else:
+            piece, self.out = self.out[:size], self.out[size:]
         return piece
 
 
