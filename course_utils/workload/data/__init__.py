@@ -27,9 +27,10 @@ from course_utils.workload.data.criteo import (
 )
 from course_utils.workload.data.criteo_convert import BadLineError, ConversionReport, from_criteo
 from course_utils.workload.data.criteo_write import write_criteo_tsv
-from course_utils.workload.data.file_checks import check_parquet_file, check_same_tables
+from course_utils.workload.data.file_checks import check_parquet_file
 from course_utils.workload.data.logs import Batch, ClickLogs, batches, dense_columns, sparse_columns
 from course_utils.workload.data.parquet import (
+    check_same_tables,
     parquet_info,
     read_parquet,
     repartition,

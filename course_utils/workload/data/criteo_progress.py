@@ -51,9 +51,11 @@ class ConvertProgress(Progress):
         key = id(reader)
         if key not in self.done_before:
             self.done_before[key] = sum(size for k, size in self.sizes.items() if k in self.done_before)
-        self.lines = lines
-        super().update(n=self.done_before[key] + reader.position() - self.done)
+        self.lines, self.done = lines, self.done_before[key] + reader.position()
         now = time.monotonic()
+        if now - self._last_draw >= self.every_s:  # the reader reads ahead: 100% comes early, so no
+            self._last_draw = now  # redraw just for reaching it (Progress.update would)
+            self._draw(self.text)
         if self.log and now - self._last_log >= _LOG_EVERY_S:
             self._last_log = now
             print(self.text, file=sys.stderr, flush=True)

@@ -2,11 +2,10 @@
 
     check_parquet_file(path)          a parquet file, or a ValueError saying what it is instead:
                                       a Criteo TSV (plain or gzipped) gets the from-criteo command
-    check_same_tables(train, test)    the two files' tables have the same sizes, or a ValueError
 
 The parquet loaders (``parquet_info``, ``open_parquet``, so ``read_parquet`` and
-``ParquetBatches``) and ``python -m course_utils.workload.data info`` call the first; a job
-that takes a training and a test file calls both before it builds anything.
+``ParquetBatches``) and ``python -m course_utils.workload.data info`` call it; a job that takes
+a training and a test file calls it, then ``parquet.check_same_tables``, before it builds anything.
 
 Not taught in a chapter: the data layer's input checks.
 """
@@ -15,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["check_parquet_file", "check_same_tables", "from_criteo_command"]
+__all__ = ["check_parquet_file", "from_criteo_command"]
 
 
 def from_criteo_command(path: str | Path) -> str:
@@ -58,32 +57,3 @@ def check_parquet_file(path: str | Path) -> Path:
         raise ValueError(f"{path.name} is {what}, not parquet: convert it first: {from_criteo_command(path)}")
     what = "gzipped" if kind == "gzip" else "not parquet" if kind == "plain" else kind
     raise ValueError(f"{path.name} is {what}: the loaders read parquet (write_parquet or from-criteo).")
-
-
-def check_same_tables(train: str | Path, test: str | Path) -> tuple:
-    """The table sizes both files' metadata give, if they are equal; else a ValueError naming
-    both (a model built for the training file's tables cannot look up the test file's ids)."""
-    from course_utils.workload.data.parquet import parquet_info
-
-    cards = {name: parquet_info(name)["cardinalities"] for name in (train, test)}
-    train_cards, test_cards = cards[train], cards[test]
-    if None in (train_cards, test_cards):
-        missing = Path(train if train_cards is None else test).name
-        raise ValueError(
-            f"{missing} has no table sizes in its metadata; write it with write_parquet or from-criteo."
-        )
-    if tuple(train_cards) != tuple(test_cards):
-
-        def sizes(c) -> str:
-            return (
-                f"{len(c)} x {c[0]:,}"
-                if len(set(c)) == 1
-                else f"{len(c)} tables of {min(c):,} to {max(c):,} rows"
-            )
-
-        raise ValueError(
-            f"{Path(test).name} was written for other tables ({sizes(test_cards)} rows) than "
-            f"{Path(train).name} ({sizes(train_cards)}): convert both with the same --buckets "
-            "(from-criteo TEST --like TRAIN)."
-        )
-    return tuple(train_cards)

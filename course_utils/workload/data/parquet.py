@@ -7,6 +7,8 @@ file with another count. From a shell::
     python -m course_utils.workload.data repartition SRC DST ROW_GROUPS
     python -m course_utils.workload.data info FILE
 
+A training file and its test file must index the same tables: :func:`check_same_tables`.
+
 Taught in chapter 04 (row groups as partitions).
 """
 
@@ -31,6 +33,7 @@ __all__ = [
     "parquet_info",
     "open_parquet",
     "read_row_groups",
+    "check_same_tables",
 ]
 
 _META_KEY = b"course_utils.cardinalities"
@@ -174,3 +177,30 @@ def repartition(src: PathLike, dst: PathLike, row_groups: int) -> Path:
     if Path(src).resolve() == Path(dst).resolve():
         raise ValueError("repartition: dst must differ from src (write a new file, then rename it).")
     return write_parquet(read_parquet(src), dst, row_groups)
+
+
+def check_same_tables(train: str | Path, test: str | Path) -> tuple:
+    """The table sizes both files' metadata give, if they are equal; else a ValueError naming
+    both (a model built for the training file's tables cannot look up the test file's ids)."""
+    cards = {name: parquet_info(name)["cardinalities"] for name in (train, test)}
+    train_cards, test_cards = cards[train], cards[test]
+    if None in (train_cards, test_cards):
+        missing = Path(train if train_cards is None else test).name
+        raise ValueError(
+            f"{missing} has no table sizes in its metadata; write it with write_parquet or from-criteo."
+        )
+    if tuple(train_cards) != tuple(test_cards):
+
+        def sizes(c) -> str:
+            return (
+                f"{len(c)} x {c[0]:,}"
+                if len(set(c)) == 1
+                else f"{len(c)} tables of {min(c):,} to {max(c):,} rows"
+            )
+
+        raise ValueError(
+            f"{Path(test).name} was written for other tables ({sizes(test_cards)} rows) than "
+            f"{Path(train).name} ({sizes(train_cards)}): convert both with the same --buckets "
+            "(from-criteo TEST --like TRAIN)."
+        )
+    return tuple(train_cards)
