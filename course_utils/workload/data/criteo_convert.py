@@ -30,7 +30,6 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +37,13 @@ import numpy as np
 from course_utils.workload.data.criteo_groups import RowGroupWriter
 from course_utils.workload.data.criteo_parse import BAD_KIND_TEXT, BAD_KINDS, N_SPARSE, parse_block
 from course_utils.workload.data.criteo_read import CriteoReader, estimate_lines
+from course_utils.workload.data.criteo_report import (
+    BadLineError,
+    ConversionReport,
+    default_buckets,
+    describe_bad_row,
+    describe_fields,
+)
 
 __all__ = ["from_criteo", "convert", "ConversionReport", "BadLineError", "default_buckets", "PREPROCESSING"]
 
@@ -48,82 +54,6 @@ PREPROCESSING = {
     "dense": "missing -> 0, negative -> 0, log1p -> float32 (facebookresearch/dlrm data_utils.py)",
     "sparse": "missing -> 0, int(hex, 16) % buckets -> int32 (dlrm --max-ind-range, torchrec hashes)",
 }
-_LINES_PER_BUCKET, _FEWEST_BUCKETS, _MOST_BUCKETS = 32, 1 << 10, 1 << 20
-
-
-class BadLineError(ValueError):
-    """A bad line met with ``strict=True``: its file, line and kind are in the message."""
-
-
-def default_buckets(lines: int) -> tuple[int, str]:
-    """``(buckets, why)``: rows per table for an input of about ``lines`` lines: one per
-    32 lines, as a power of two, between 1,024 and 1,048,576."""
-    wanted = max(lines, 1) / _LINES_PER_BUCKET
-    buckets = int(min(max(2 ** round(np.log2(max(wanted, 1))), _FEWEST_BUCKETS), _MOST_BUCKETS))
-    return buckets, (
-        f"the default for about {lines:,} lines: one row per {_LINES_PER_BUCKET} lines, a power of two "
-        f"from {_FEWEST_BUCKETS:,} to {_MOST_BUCKETS:,}"
-    )
-
-
-@dataclass
-class ConversionReport:
-    """What a conversion did. ``str(report)`` is the report (no timings: they go in ``seconds``).
-
-    bad: lines skipped, by kind (``criteo_parse.BAD_KINDS``); first_bad: per kind, the first one's
-    ``(file name, line number, what was wrong)``.
-    """
-
-    sources: list[str]
-    out: Path
-    cardinalities: tuple
-    buckets_note: str
-    lines: int = 0
-    rows: int = 0
-    row_groups: int = 0
-    group_note: str = ""
-    bad: dict = field(default_factory=lambda: dict.fromkeys(BAD_KINDS, 0))
-    first_bad: dict = field(default_factory=dict)
-    seconds: float = 0.0
-
-    @property
-    def bad_lines(self) -> int:
-        return sum(self.bad.values())
-
-    def __str__(self) -> str:
-        names = ", ".join(self.sources)
-        text = [
-            f"{names}: {self.lines:,} lines read, {self.rows:,} rows written to {self.out.name} "
-            f"in {self.row_groups} row groups{self.group_note}",
-            f"tables: {len(self.cardinalities)} x {self.cardinalities[0]:,} rows ({self.buckets_note})"
-            if len(set(self.cardinalities)) == 1
-            else f"tables: {', '.join(f'{c:,}' for c in self.cardinalities)} rows ({self.buckets_note})",
-        ]
-        if not self.bad_lines:
-            return "\n".join([*text, "bad lines: none"])
-        text.append(f"bad lines skipped: {self.bad_lines:,}")
-        for kind in BAD_KINDS:
-            if self.bad[kind]:
-                name, line, what = self.first_bad[kind]
-                text.append(
-                    f"  {self.bad[kind]:>9,}  {BAD_KIND_TEXT[kind]:<45} first: {name} line {line:,} ({what})"
-                )
-        return "\n".join(text)
-
-
-def _what(batch, kind: str, row: int, field_index: int) -> str:
-    """A few words on what was wrong with a bad row of a block."""
-    if kind == "utf8":
-        return "not UTF-8"
-    value = batch.column(field_index)[row].as_py()
-    shown = "" if value is None else value.decode("utf-8", "backslashreplace")
-    shown = shown if len(shown) <= 20 else shown[:17] + "..."
-    name = "label" if field_index == 0 else f"I{field_index}" if field_index <= 13 else f"C{field_index - 13}"
-    return f"{name} {shown!r}"
-
-
-def _fields(n: int) -> str:
-    return "an empty line" if n == 0 else f"{n} field" if n == 1 else f"{n} fields"
 
 
 def _blocks(reader: CriteoReader, depth: int = 2):
@@ -271,7 +201,11 @@ def convert(
             if not _convert_file(reader, bucket_array, schema, sink, report, max_rows, strict, bar):
                 break
         if report.rows == 0:
-            raise ValueError(f"no good lines in {', '.join(report.sources)}: nothing to write.\n{report}")
+            kinds = ", ".join(f"{n:,} {kind}" for kind, n in report.bad.items() if n)
+            raise ValueError(
+                f"no good lines in {', '.join(report.sources)}: {report.lines:,} lines read, all bad "
+                f"({kinds}; criteo_parse.BAD_KIND_TEXT says what each means); nothing written."
+            )
         report.group_note = sink.close()
         report.row_groups = sink.groups
     except BaseException:
@@ -314,9 +248,11 @@ def _convert_file(reader, buckets, schema, writer, report, max_rows, strict, bar
             if count and (strict or kind not in report.first_bad):  # the block's first of this kind
                 at = int(np.argmax(kinds == k))
                 row, field_index = int(parsed.bad_rows[at]), int(parsed.bad_fields[at])
-                events.append((reader.line_of(delivered + row), kind, _what(batch, kind, row, field_index)))
+                events.append(
+                    (reader.line_of(delivered + row), kind, describe_bad_row(batch, kind, row, field_index))
+                )
         skipped = reader.take_skipped(lines + 1)  # after line_of: it forgets them
-        events += [(line, "fields", _fields(n)) for line, n in skipped]
+        events += [(line, "fields", describe_fields(n)) for line, n in skipped]
         report.bad["fields"] += len(skipped)
         judge(events)
         writer.append(_table(parsed, schema).slice(0, keep))
@@ -327,7 +263,7 @@ def _convert_file(reader, buckets, schema, writer, report, max_rows, strict, bar
             report.lines += lines
             return False
     skipped = reader.take_skipped()  # lines with the wrong number of fields after the last good one
-    judge([(line, "fields", _fields(n)) for line, n in skipped])
+    judge([(line, "fields", describe_fields(n)) for line, n in skipped])
     report.bad["fields"] += len(skipped)
     report.lines += max([lines] + [line for line, _ in skipped])
     return True

@@ -125,8 +125,9 @@ def _has_empty_line(data: bytes) -> bool:
 
 
 class _Utf8Lines(io.RawIOBase):
-    """The bytes of ``stream``, except that each line that is not valid UTF-8 becomes
-    ``_NOT_UTF8_LINE`` (same line count). ASCII blocks, the usual case, pass through unread."""
+    """The bytes of ``stream`` in whole lines, except that a line that is not valid UTF-8 becomes
+    ``_NOT_UTF8_LINE`` and an empty one ``_EMPTY_LINE`` (the same number of lines). A block of
+    ASCII text without an empty line, the usual case, passes through as it is."""
 
     def __init__(self, stream):
         self.stream, self.tail, self.out, self.error = stream, b"", b"", None
