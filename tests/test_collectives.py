@@ -457,7 +457,8 @@ def test_published_figures_and_the_models_error():
 
 
 def test_size_label():
-    assert [bandwidth.size_label(n) for n in (512, 2048, 3 << 20, 8 << 30)] == ["512 B", "2 KiB", "3 MiB", "8 GiB"]
+    labels = [bandwidth.size_label(n) for n in (512, 2048, 3 << 20, 8 << 30)]
+    assert labels == ["512 B", "2 KiB", "3 MiB", "8 GiB"]
 
 
 # --- starting a group: clear errors -------------------------------------------------------
