@@ -38,6 +38,8 @@ CHAPTER_OF_FILE = {
     "test_checks.py": (0,),
     "test_chapter01_facts.py": (1,),
     "test_data.py": (1,),
+    "test_criteo.py": (1,),
+    "test_criteo_job.py": (1, 8),
     "test_models.py": (1,),
     "test_metrics.py": (1,),
     "test_train.py": (1,),

@@ -262,6 +262,17 @@ def test_work_the_operators_do_not_show():
         cluster.uninstall()
 
 
+def test_timed_on_times_a_block_on_one_modeled_gpu():
+    a = torch.ones(2048, 2048)
+    with cluster.timed_on(TEST) as run:
+        a @ a  # 2 x 2048^3 FLOP at 50 TFLOP/s, compute-bound, + 2 us
+    assert run.ns == round((2 * 2048**3 / 50e12 + 2e-6) * 1e9) and run.ops == 1
+    assert run.seconds == run.ns / 1e9 and cluster.installed() is None  # nothing charged afterwards
+    with cluster.timed_on(TEST), pytest.raises(RuntimeError, match="already a rank"):
+        with cluster.timed_on(TEST):
+            pass
+
+
 def test_meta_tensors_cost_what_real_ones_do():
     def step(device):
         cluster.install(TEST)

@@ -316,3 +316,45 @@ def test_a_torchrun_script_runs_on_the_cluster_named_in_course_cluster(tmp_path)
     )
     assert bad.returncode != 0
     assert "COURSE_CLUSTER='h100' is not a cluster" in bad.stderr and "t4, v100, a100, h100" in bad.stderr
+
+
+def collectives_on_meta() -> list[int]:
+    """Every collective with meta tensors on every rank: only the time moves; and the operators a
+    wait charges (none: gloo's own copies are not the GPU's work)."""
+    from course_utils.runtime.cluster import charged
+
+    w, me = dist.get_world_size(), dist.get_rank()
+    with torch.device("meta"):
+        t, out, flat, part = torch.empty(8), torch.empty(8), torch.empty(8 * w), torch.empty(8 // w)
+        parts = [torch.empty(8) for _ in range(w)]
+    ops_before = charged()["ops"]
+    dist.all_reduce(t)
+    dist.broadcast(t, src=0)
+    dist.all_gather(parts, t)
+    dist.all_gather_into_tensor(flat, t)
+    dist.reduce_scatter_tensor(part, t)
+    dist.all_to_all_single(out, t)
+    dist.gather(t, parts if me == 0 else None, dst=0)
+    dist.scatter(out, parts if me == 0 else None, src=0)
+    return [charged()["ops"] - ops_before, modeled_ns()]
+
+
+def collectives_on_cpu() -> int:
+    """The operators that waiting for gloo's collectives charges on this rank: none."""
+    from course_utils.runtime.cluster import charged
+
+    w = dist.get_world_size()
+    t = torch.ones(256)
+    parts, gathered = [torch.zeros(256) for _ in range(w)], [torch.zeros(256) for _ in range(w)]
+    flat = torch.zeros(256 * w)
+    before = charged()["ops"]
+    dist.all_gather(parts, t)
+    dist.all_gather_into_tensor(flat, t)
+    dist.gather(t, gathered if dist.get_rank() == 0 else None, dst=0)
+    return charged()["ops"] - before
+
+
+def test_collectives_on_meta_tensors_and_waits_charge_no_operators():
+    meta = launch(collectives_on_meta, world_size=2, cluster=H100)
+    assert [ops for ops, _ in meta] == [0, 0] and meta[0][1] == meta[1][1] > 0
+    assert launch(collectives_on_cpu, world_size=2, cluster=H100) == [0, 0]

@@ -106,6 +106,11 @@ class RankClock:
     def on_rank_thread(self) -> bool:
         return threading.get_ident() == self.thread and getattr(self.local, "account", None) is None
 
+    def charges_this_thread(self) -> bool:
+        """Whether operators run on this thread are charged: the rank's own thread, or a callback
+        running on its account (gloo's workers inherit the dispatch mode, and are not charged)."""
+        return threading.get_ident() == self.thread or getattr(self.local, "account", None) is not None
+
     def current(self) -> int:
         """The time on this thread's clock: a callback's account, else the compute stream."""
         account = getattr(self.local, "account", None)
