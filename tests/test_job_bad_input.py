@@ -41,7 +41,7 @@ def files(tmp_path_factory):
     other = data.make_click_logs(480, seed=1, cardinalities=[c + 1 for c in logs.cardinalities])
     data.write_parquet(other, root / "other_tables.parquet", 4)
     (root / "day_0.txt").write_text("\t".join(["1"] + ["5"] * 13 + ["68fd1e64"] * 26) + "\n")
-    (root / "day_0.gz").write_bytes(gzip.compress(b"1\t2\t3\n"))
+    (root / "day_0.gz").write_bytes(gzip.compress((root / "day_0.txt").read_bytes()))
     (root / "empty.parquet").write_bytes(b"")
     pq.write_table(pa.table({"x": [1, 2]}), root / "foreign.parquet")  # parquet, not write_parquet's
     (root / "a_file").write_text("not a folder")
@@ -105,29 +105,34 @@ BAD_INPUTS = [
     (
         "a missing --data",
         "--data {f}/nope.parquet --test-data {f}/test.parquet",
-        "nope.parquet: no such file",
+        "nope.parquet: no such parquet file; write one with write_parquet or from-criteo",
     ),
     (
         "a folder as --data",
         "--data {f}/folder.parquet --test-data {f}/test.parquet",
-        "folder.parquet is a folder",
+        "--data: folder.parquet is a directory",
     ),
-    ("an empty --data", "--data {f}/empty.parquet --test-data {f}/test.parquet", "empty.parquet is empty"),
+    (
+        "an empty --data",
+        "--data {f}/empty.parquet --test-data {f}/test.parquet",
+        "--data: empty.parquet is empty, not a parquet file",
+    ),
     (
         "Criteo's TSV as --data",
         "--data {f}/day_0.txt --test-data {f}/test.parquet",
-        "day_0.txt is tab-separated text (Criteo's format?), not parquet; convert it first: "
+        "--data: day_0.txt is Criteo text (tab-separated), not parquet: convert it first: "
         "python -m course_utils.workload.data from-criteo",
     ),
     (
         "a gzipped file as --data",
         "--data {f}/day_0.gz --test-data {f}/test.parquet",
-        "day_0.gz is gzip-compressed, not parquet",
+        "--data: day_0.gz is gzipped Criteo text, not parquet: convert it first: "
+        "python -m course_utils.workload.data from-criteo",
     ),
     (
         "another program's parquet",
         "--data {f}/foreign.parquet --test-data {f}/test.parquet",
-        "foreign.parquet was not written by write_parquet",
+        "--data: foreign.parquet has no table sizes in its metadata",
     ),
     (
         "row groups the ranks cannot share",
@@ -143,7 +148,7 @@ BAD_INPUTS = [
     (
         "train and test tables of other sizes",
         "--data {f}/train.parquet --test-data {f}/other_tables.parquet",
-        "--data and --test-data have different tables (table 0:",
+        "--data and --test-data: other_tables.parquet was written for other tables",
     ),
     (
         "a batch larger than a rank's data",

@@ -69,48 +69,21 @@ def check_batch(args, world: int) -> None:
         raise JobInputError(f"--kill-rank {args.kill_rank} is not a rank of this job (0 to {world - 1})")
 
 
-def _kind_of(path: Path) -> str:
-    """What a file looks like from its first and last bytes: parquet (``PAR1`` at both ends, the
-    format's magic number), gzip, tab-separated text, empty, or something else."""
-    size = path.stat().st_size
-    if size == 0:
-        return "empty"
-    with open(path, "rb") as f:
-        head = f.read(4096)
-        f.seek(max(0, size - 4))
-        tail = f.read(4)
-    if head[:4] == b"PAR1" and tail == b"PAR1":
-        return "parquet"
-    if head[:2] == b"\x1f\x8b":
-        return "gzip"
-    if b"\t" in head.split(b"\n", 1)[0]:
-        return "tsv"
-    return "other"
-
-
 def check_parquet(path: Path, flag: str) -> dict:
-    """``parquet_info`` of a file the job was given with ``flag``, or a one-line ``JobInputError``."""
+    """``parquet_info`` of a file the job was given with ``flag``, or a one-line ``JobInputError``.
+    What the file is instead (missing, a folder, empty, Criteo's text with the ``from-criteo``
+    command that converts it, ...) is the data layer's to say (``data.check_parquet_file``)."""
     from course_utils.workload import data
 
-    convert = "convert it first: python -m course_utils.workload.data from-criteo FILE OUT.parquet"
-    if not path.exists():
-        raise JobInputError(f"{flag} {path}: no such file; give a parquet file written by write_parquet")
-    if path.is_dir():
-        raise JobInputError(f"{flag} {path} is a folder; give one parquet file written by write_parquet")
-    kind = _kind_of(path)
-    if kind == "empty":
-        raise JobInputError(f"{flag} {path} is empty; give a parquet file written by write_parquet")
-    if kind in ("tsv", "gzip"):
-        what = "gzip-compressed" if kind == "gzip" else "tab-separated text (Criteo's format?)"
-        raise JobInputError(f"{flag} {path} is {what}, not parquet; {convert}")
-    if kind != "parquet":
-        raise JobInputError(
-            f"{flag} {path} is not a parquet file; give a parquet file written by write_parquet"
-        )
+    try:
+        data.check_parquet_file(path)
+    except (FileNotFoundError, ValueError) as exc:
+        raise JobInputError(f"{flag}: {exc}") from None
     info = data.parquet_info(path)
     if info["cardinalities"] is None:
         raise JobInputError(
-            f"{flag} {path} was not written by write_parquet (its metadata has no table sizes); {convert}"
+            f"{flag}: {path.name} has no table sizes in its metadata; "
+            "write it with write_parquet or from-criteo"
         )
     return info
 
@@ -131,19 +104,18 @@ def check_data(args, world: int) -> tuple[dict, dict] | None:
     """``--data`` and ``--test-data``: parquet files written by ``write_parquet``, row groups that
     the ranks share equally, tables of the same sizes in both, and a batch that every rank can
     fill from its share. Returns their ``parquet_info``, or None for the job's own synthetic data."""
+    from course_utils.workload import data
+
     if args.data is None:
         return None
     train = check_parquet(args.data, "--data")
     test = check_parquet(args.test_data, "--test-data")
     _row_groups_fit(train, args.data, "--data", world)
     _row_groups_fit(test, args.test_data, "--test-data", world)
-    first = _first_difference(train["cardinalities"], test["cardinalities"])
-    if first is not None:
-        table, in_train, in_test = first
-        raise JobInputError(
-            f"--data and --test-data have different tables (table {table}: {in_train} in --data, "
-            f"{in_test} in --test-data); write both with the same buckets"
-        )
+    try:
+        data.check_same_tables(args.data, args.test_data)
+    except ValueError as exc:
+        raise JobInputError(f"--data and --test-data: {exc}") from None
     per_rank = args.batch_size // world
     rows = [sum(train["rows_per_group"][r::world]) for r in range(world)]
     if min(rows) < per_rank:
