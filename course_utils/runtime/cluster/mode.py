@@ -12,8 +12,9 @@ optimizer's, DDP's reducer copying gradients into its buckets and dividing them.
 Inside the process group's own methods the clock is ``suspended``: their bookkeeping is free,
 and the group prices the communication itself. Only the rank's own thread, and a callback's
 account, are charged: gloo's worker threads inherit the mode with the rest of the thread-local
-state and copy results into place under it, which is not the GPU's work. Tensor subclasses (DTensor) are left to
-dispatch themselves first (``NotImplemented``); the plain operators they run come back here.
+state and copy results into place under it, which is not the GPU's work. Tensor subclasses
+(DTensor) are left to dispatch themselves first (``NotImplemented``); the plain operators they
+run come back here.
 
 Taught in chapter 02 (virtual time: what is charged).
 """
