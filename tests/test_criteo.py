@@ -215,7 +215,7 @@ def test_train_and_test_with_the_same_settings_get_the_same_tables(tmp_path):
     with pytest.raises(
         ValueError,
         match=r"other.parquet was written for other tables \(26 x 4,096 rows\) than "
-        r"train.parquet \(26 x 1,024\).*--like",
+        r"train.parquet \(26 x 1,024 rows\).*--like",
     ):
         data.check_same_tables(tmp_path / "train.parquet", tmp_path / "other.parquet")
 

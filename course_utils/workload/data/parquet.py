@@ -193,13 +193,13 @@ def check_same_tables(train: str | Path, test: str | Path) -> tuple:
 
         def sizes(c) -> str:
             return (
-                f"{len(c)} x {c[0]:,}"
+                f"{len(c)} x {c[0]:,} rows"
                 if len(set(c)) == 1
                 else f"{len(c)} tables of {min(c):,} to {max(c):,} rows"
             )
 
         raise ValueError(
-            f"{Path(test).name} was written for other tables ({sizes(test_cards)} rows) than "
+            f"{Path(test).name} was written for other tables ({sizes(test_cards)}) than "
             f"{Path(train).name} ({sizes(train_cards)}): convert both with the same --buckets "
             "(from-criteo TEST --like TRAIN)."
         )
