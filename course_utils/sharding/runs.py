@@ -5,13 +5,11 @@ Taught in chapter 07 (section 9, skew: where the ids land).
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.distributed as dist
 
 from course_utils.runtime.hardware import rank_device
-from course_utils.runtime.timing import synchronize
+from course_utils.runtime.timing import now, synchronize
 from course_utils.sharding.lookups import shard_embeddings
 from course_utils.sharding.plan import make_plan
 from course_utils.sharding.volume import routed_ids
@@ -21,7 +19,14 @@ __all__ = ["time_lookup_steps"]
 
 
 def time_lookup_steps(
-    kind: str, options: dict, cardinalities, dim: int, batch: int, steps: int, warmup: int = 2
+    kind: str,
+    options: dict,
+    cardinalities,
+    dim: int,
+    batch: int,
+    steps: int,
+    warmup: int = 2,
+    device=None,
 ) -> tuple[list[float], dict, list | None]:
     """Run in every rank: ``warmup + steps`` forward + backward passes of the sharded lookup on
     each rank's own ``batch`` rows of synthetic (Zipf) ids, each step between two barriers.
@@ -35,19 +40,19 @@ def time_lookup_steps(
         batch * world * (steps + warmup), seed=0, cardinalities=cardinalities, n_dense=1
     )
     plan = make_plan(kind, cardinalities, dim, world, **options)
-    lookup = shard_embeddings(plan, seed=0)
+    lookup = shard_embeddings(plan, seed=0, device=device)
     ids = torch.from_numpy(logs.sparse).view(steps + warmup, world, batch, -1)  # [step, rank, B, T]
-    device, seconds = rank_device(), []
+    gpu, seconds = rank_device(), []
     for step in range(steps + warmup):
         lookup.traffic.reset()
         lookup.zero_grad(set_to_none=True)
         dist.barrier()
-        synchronize(device)
-        start = time.perf_counter()
+        synchronize(gpu)
+        start = now()
         lookup(ids[step, rank]).sum().backward()
-        synchronize(device)  # the GPU's work done, not only queued (a barrier waits on the CPU, in gloo)
+        synchronize(gpu)  # the GPU's work done, not only queued (a barrier waits on the CPU, in gloo)
         dist.barrier()
         if step >= warmup:
-            seconds.append(time.perf_counter() - start)
+            seconds.append(now() - start)
     routed = routed_ids(plan, list(ids[-1])) if kind == "row_wise" else None
     return seconds, lookup.traffic.as_dict(), routed
