@@ -209,10 +209,16 @@ def region(name: str):
         state.clock.regions.pop()
 
 
-def charged() -> dict:
-    """``{"ops", "flops", "bytes"}`` this rank's clock has priced so far."""
+def charged(by_op: bool = False) -> dict:
+    """``{"ops", "flops", "bytes"}`` this rank's clock has priced so far; ``by_op=True`` adds
+    ``"by_op"``: ``{"aten::addmm": {"calls", "ns", "flops", "bytes"}, ...}``."""
     clock = _require().clock
-    return {"ops": clock.ops, "flops": clock.flops, "bytes": clock.bytes}
+    with clock.lock:
+        totals = {"ops": clock.ops, "flops": clock.flops, "bytes": clock.bytes}
+        if by_op:
+            keys = ("calls", "ns", "flops", "bytes")
+            totals["by_op"] = {op: dict(zip(keys, tally, strict=True)) for op, tally in clock.by_op.items()}
+    return totals
 
 
 def spend(seconds: float, name: str) -> None:

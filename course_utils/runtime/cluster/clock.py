@@ -98,6 +98,7 @@ class RankClock:
         self.lanes_free: dict[str, int] = {}  # background lanes (``in_background``): when each is free
         self.phase = {"forward": 0, "optimizer": 0}
         self.ops = self.flops = self.bytes = 0
+        self.by_op: dict[str, list[int]] = {}  # "aten::addmm" -> [calls, ns, flops, bytes]
         speed = cluster.compute_speed_during_communication
         self._slow = (1 / speed - 1) if speed < 1 else 0.0
 
@@ -161,6 +162,11 @@ class RankClock:
             self.ops += 1
             self.flops += cost.flops
             self.bytes += cost.bytes
+            tally = self.by_op.setdefault(getattr(cost, "op", ""), [0, 0, 0, 0])
+            tally[0] += 1
+            tally[1] += cost.ns
+            tally[2] += cost.flops
+            tally[3] += cost.bytes
             if account is not None:
                 start = account.now
                 account.now += cost.ns
