@@ -65,7 +65,9 @@ class RowWiseEmbeddingBags(ShardedEmbeddingBags):
         table = got[:, 0] // B  # 3. grouped by table (shard t = table t), in arrival order
         by_table = table.argsort(stable=True)
         per_table = rows[by_table].split(torch.bincount(table, minlength=T).tolist())
-        vectors = torch.cat([F.embedding(r.to(w.device), w) for r, w in zip(per_table, self.weights)])
+        vectors = torch.cat(
+            [F.embedding(r.to(w.device), w) for r, w in zip(per_table, self.weights, strict=True)]
+        )
         partial = torch.zeros(W * T * B, D, device=self.device)
         partial = partial.index_add(0, slot[by_table].to(self.device), vectors)
         back = exchange(
