@@ -35,7 +35,8 @@ device: real sizes, nothing computed, only time):
   place, priced by the rows touched (three kernels here: ``FusedAdagradLookup``); no dense
   table gradient;
 * the dense part (``DCNv2Dense``) in fp16, replicated, its gradients all-reduced in buckets
-  while backward runs (``BucketedDDP``), then one Adagrad update (multi-tensor kernels).
+  while backward runs (``BucketedDDP``), then ``torch.optim.Adagrad`` with its multi-tensor
+  (``foreach``) kernels, PyTorch's default on GPUs.
 
 Taught in chapter 07 (section 9, the model against MLPerf).
 """
@@ -242,8 +243,7 @@ def mlperf_step(world_batch: int = GLOBAL_BATCH, steps: int = 2) -> dict:
     dp_grad = torch.empty(sum(TABLE_ROWS[t] for t in dp), DIM, device=meta)  # one buffer, all-reduced once
     dp_grads = list(dp_grad.split([TABLE_ROWS[t] for t in dp]))
     dense = BucketedDDP(DCNv2Dense(device=meta, dtype=torch.float16))
-    params = [*dense.parameters(), *dp_weights]  # what the dense Adagrad update steps
-    sums = [torch.empty_like(p) for p in params]
+    adagrad_dense = torch.optim.Adagrad([*dense.parameters(), *dp_weights], lr=LR, eps=EPS, foreach=True)
     traffic = Traffic(world, rank)
     piece_of = torch.empty(len(pieces), dtype=torch.int64, device=meta)  # the table of each partial
 
@@ -280,15 +280,11 @@ def mlperf_step(world_batch: int = GLOBAL_BATCH, steps: int = 2) -> dict:
         loss = F.binary_cross_entropy_with_logits(logit, torch.empty(B, device=meta, dtype=torch.float16))
         loss.backward()
         dense.finish_gradient_sync()
-        with torch.no_grad():
-            dist.all_reduce(dp_grad)  # summed over the ranks
-            grads = [p.grad for p in dense.parameters()] + dp_grads
-            torch._foreach_addcmul_(sums, grads, grads)  # Adagrad, one multi-tensor kernel each
-            std = torch._foreach_sqrt(sums)
-            torch._foreach_add_(std, EPS)
-            torch._foreach_addcdiv_(params, grads, std, value=-LR)
-        for p in dense.parameters():
-            p.grad = None
+        dist.all_reduce(dp_grad)  # summed over the ranks
+        for weight, grad in zip(dp_weights, dp_grads, strict=True):
+            weight.grad = grad
+        adagrad_dense.step()  # multi-tensor kernels (foreach), as on a GPU
+        adagrad_dense.zero_grad(set_to_none=True)
         dist.barrier()
     end = cluster.modeled_ns()
     return {"step_ns": end - start, "window": (start, end), "traffic": traffic.as_dict(), "pieces": len(mine)}
