@@ -75,6 +75,7 @@ CHAPTER_OF_FILE = {
     "test_torchrec.py": (7,),
     "test_checkpoint.py": (8,),
     "test_checkpoint_async.py": (8,),
+    "test_modeled_io.py": (8,),
     "test_elastic.py": (8,),
     "test_train_hybrid.py": (8,),
     "test_nothing_left_behind.py": (0, 2, 8),

@@ -213,6 +213,7 @@ def train_big_table(
     samples: int = 4096,
     bag: int = 8,
     seed: int = 0,
+    storage=None,
 ) -> dict:
     """Every rank calls this (default process group up): DDP training of :class:`BigTableModel`
     with Adagrad on ``samples`` synthetic clicks (``bag`` ids each), ``global_batch`` samples a
@@ -221,6 +222,8 @@ def train_big_table(
 
     ``resume``: start from :func:`latest_complete` (any world size). ``stop_after``: stop
     after that step (as if the job had been killed, once its last save was complete).
+    ``storage``: on a modeled cluster, the saves take that storage's time
+    (``modeled_io.ModeledCheckpointer``; "stalls" and "waited" are then modeled seconds).
     Returns ``{"weights" (rank 0's; {} on the others), "stalls" (seconds in the save call per
     checkpoint), "waited" (seconds waiting for the previous save first), "seen" (this rank's
     sample indices, in order), "started_at" (step resumed from), "checkpoint_bytes" (of the last one)}``.
@@ -247,6 +250,10 @@ def train_big_table(
     app = AppState(model, optimizer, sampler)
     group = dist.new_group(backend="gloo")  # DCP's own collectives, apart from the training's
     checkpointer = Checkpointer(folder, mode, group, keep=1)  # disk: only the last complete one
+    if storage is not None:
+        from course_utils.checkpoint.modeled_io import ModeledCheckpointer
+
+        checkpointer = ModeledCheckpointer(checkpointer, storage)
     started_at = 0
     if resume:
         from course_utils.checkpoint import safe_load
