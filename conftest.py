@@ -44,7 +44,6 @@ CHAPTER_OF_FILE = {
     "test_metrics.py": (1,),
     "test_train.py": (1,),
     "test_collectives.py": (2,),
-    "test_wire.py": (2, 4),
     "test_cluster_model.py": (2,),
     "test_cluster_ranks.py": (2, 4, 6),
     "test_gpu_report.py": (4,),

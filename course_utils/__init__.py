@@ -66,7 +66,7 @@ _HOME = {
     "LaunchError": "runtime.launcher",
     "LaunchTimeoutError": "runtime.launcher",
     "RankFailedError": "runtime.launcher",
-    "Wire": "runtime.wire",
+    "Wire": "runtime.cluster",
     "Cluster": "runtime.cluster",
     "modeled_time": "runtime.cluster",
     "devices": "runtime.hardware",

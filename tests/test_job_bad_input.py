@@ -221,6 +221,15 @@ def test_each_bad_input_gets_one_line_once_and_exit_code_2(
     assert not (tmp_path / "ck").exists()  # refused before anything was written
 
 
+def test_a_bad_course_cluster_gets_one_line_naming_the_presets(job_main, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("COURSE_CLUSTER", "nvlink")
+    assert job_main(["--checkpoint-dir", str(tmp_path / "ck")], rank=0) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("train_hybrid: COURSE_CLUSTER='nvlink' is not a cluster") and "h100:nvlink" in err
+    assert not (tmp_path / "ck").exists()
+
+
 def test_the_table_has_at_least_15_bad_inputs():
     assert len(BAD_INPUTS) >= 15 and len({b[0] for b in BAD_INPUTS}) == len(BAD_INPUTS)
 

@@ -44,15 +44,6 @@ COMPAT = "course_utils/runtime/compat.py"
 #: ``{(file, private name): why it stays outside compat.py}``. Every entry must still be used
 #: (``test_allow_list_has_no_stale_entry``), so that fixing a place also removes its entry.
 ALLOWED = {
-    ("course_utils/runtime/wire/group.py", "_allgather_base"): (
-        "WireGroup, a Python ProcessGroup, overrides the method dist.all_gather_into_tensor calls "
-        "on a group, so that the flat all-gather (FSDP's, DTensor's) is timed by the wire too; an "
-        "override has to be defined on the subclass. Its call into gloo goes through compat."
-    ),
-    ("course_utils/runtime/wire/group.py", "_reduce_scatter_base"): (
-        "WireGroup overrides the method dist.reduce_scatter_tensor calls on a group (as for "
-        "_allgather_base); its call into gloo goes through compat."
-    ),
     ("course_utils/runtime/cluster/group.py", "_allgather_base"): (
         "ModeledGroup, a Python ProcessGroup, overrides the method dist.all_gather_into_tensor calls "
         "on a group, so that the flat all-gather (FSDP's, DTensor's) is timed on the modeled "

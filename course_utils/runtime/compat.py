@@ -23,7 +23,7 @@ other use), each wrapped in a function that says what it reaches and why no publ
   derives from, an operator's signature, which memory a tensor lives in, and whether autograd's
   backward pass is running);
 * ``WORK_BASE``, ``register_cpu_backend(group, backend)``, ``backend_all_gather_into_tensor``,
-  ``backend_reduce_scatter_tensor``: a process group written in Python (the wire), its ``Work``
+  ``backend_reduce_scatter_tensor``: a process group written in Python (the modeled cluster's), its ``Work``
   handles, the gloo group its unmodelled calls go to, and that group's flat-tensor collectives.
 
 The private names used here exist, with the same meaning, in every supported torch (2.9.1 to 2.13).
@@ -248,13 +248,13 @@ def register_cpu_backend(group: dist.ProcessGroup, backend) -> None:
 
 def backend_all_gather_into_tensor(group, output: torch.Tensor, input: torch.Tensor, opts):
     """``group._allgather_base``: what ``dist.all_gather_into_tensor`` calls on a process group
-    (every supported torch); the wire passes the call on to its gloo group through here."""
+    (every supported torch); the modeled cluster's group passes the call on to its gloo group through here."""
     return group._allgather_base(output, input, opts)
 
 
 def backend_reduce_scatter_tensor(group, output: torch.Tensor, input: torch.Tensor, opts):
     """``group._reduce_scatter_base``: what ``dist.reduce_scatter_tensor`` calls on a process
-    group (every supported torch); the wire passes the call on to its gloo group through here."""
+    group (every supported torch); the modeled cluster's group passes the call on to its gloo group through here."""
     return group._reduce_scatter_base(output, input, opts)
 
 

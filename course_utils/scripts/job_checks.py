@@ -21,6 +21,7 @@ __all__ = [
     "JobInputError",
     "OneLineParser",
     "world_size_from_launcher",
+    "check_cluster_env",
     "check_batch",
     "check_parquet",
     "check_data",
@@ -55,6 +56,18 @@ def world_size_from_launcher(environ=os.environ) -> int:
             f"this is a torchrun script and {', '.join(missing)} are not set: start it with {TORCHRUN} ..."
         )
     return int(environ["WORLD_SIZE"])
+
+
+def check_cluster_env(environ=os.environ) -> None:
+    """``COURSE_CLUSTER``, when set, names a modeled cluster (``h100:nvlink``: the job then runs
+    in its virtual time, ``course_utils.runtime.cluster``); a bad value is named, with the presets."""
+    from course_utils.runtime.cluster.spec import ENV, Cluster
+
+    if environ.get(ENV):
+        try:
+            Cluster.from_env(environ[ENV])
+        except ValueError as exc:
+            raise JobInputError(str(exc)) from None
 
 
 def check_batch(args, world: int) -> None:

@@ -45,7 +45,8 @@ complete on disk (so where the job resumes from does not depend on timing); with
 (whatever ``--kill-rank``), as when the first node of a job is lost.
 
 Devices: NCCL with one GPU per rank where each local rank has one, gloo otherwise
-(``COURSE_BACKEND=gloo`` forces gloo; ``COURSE_WIRE`` puts the modelled interconnect under it).
+(``COURSE_BACKEND=gloo`` forces gloo; ``COURSE_CLUSTER=h100:nvlink`` runs the ranks on that modeled
+cluster instead, in its virtual time: ``course_utils.runtime.cluster``).
 
 Taught in chapter 08.
 """
@@ -241,6 +242,7 @@ def check_inputs(args) -> None:
     from course_utils.workload.models import DLRMConfig
 
     world = job_checks.world_size_from_launcher()
+    job_checks.check_cluster_env()
     job_checks.check_batch(args, world)
     job_checks.check_checkpoint_dir(args.checkpoint_dir)
     given = job_checks.check_data(args, world)
@@ -263,11 +265,11 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(job_checks.EXIT_CODE) from None
     import torch.distributed as dist
 
-    from course_utils.runtime import wire
+    from course_utils.runtime import cluster
     from course_utils.runtime.hardware import group_backend, torchrun_rank_backend
 
     args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    dist.init_process_group(wire.backend_from_env(group_backend(torchrun_rank_backend())))
+    dist.init_process_group(cluster.backend_from_env(group_backend(torchrun_rank_backend())))
     try:
         train(args, stop)
     except job_checks.JobInputError as error:  # found once the data was there: every rank finds it

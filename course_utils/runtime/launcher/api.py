@@ -169,7 +169,6 @@ def launch(
     init_group: bool = True,
     threads_per_rank: int = 1,
     show_output: bool = True,
-    wire=None,
     cluster=None,
 ) -> list:
     """Run ``fn(*args)`` on ``world_size`` ranks; return their results in rank order.
@@ -180,9 +179,9 @@ def launch(
     device selected. ``backend="auto"`` is NCCL when every rank gets a GPU,
     else gloo. After the run, what each rank printed is shown grouped by rank.
 
-    ``wire`` (a ``course_utils.Wire``): the ranks' group runs on that modeled network, gloo
-    moving the bytes and each operation finishing no earlier than the wire says
-    (``course_utils.runtime.wire``); CPU ranks only.
+    ``cluster`` (a ``course_utils.Cluster``): the ranks run on that modeled GPU cluster, in its
+    virtual time (``course_utils.runtime.cluster``): CPU ranks over gloo, whatever GPUs the
+    machine has, every operator and collective priced on the modeled devices and network.
 
     Raises ``RankFailedError`` if a rank raises or dies, ``LaunchTimeoutError``
     if some rank has not returned after ``timeout`` seconds, and
@@ -191,9 +190,8 @@ def launch(
     _check_platform()
     if timeout <= 0:
         raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
-    cluster_json = _cluster_json(cluster, backend, wire)
+    cluster_json = _cluster_json(cluster, backend)
     backend = "gloo" if cluster is not None else pick_backend(world_size, backend)
-    wire_json = _wire_json(wire, backend)
     method = _start_method(start_method)
     if method == "fork":
         _preload_for_fork()
@@ -207,7 +205,6 @@ def launch(
         init_group,
         threads_per_rank,
         group_timeout_s=timeout + 60,
-        wire_json=wire_json,
         cluster_json=cluster_json,
     )
     config = _launch_config(world_size, method, run_dir, timeout)
@@ -263,23 +260,7 @@ def launch(
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _wire_json(wire, backend: str) -> str | None:
-    """The wire as the ranks receive it, or None; refuses a wire the ranks cannot use."""
-    if wire is None:
-        return None
-    from course_utils.runtime.wire import Wire
-
-    if not isinstance(wire, Wire):
-        raise TypeError(f"wire must be a course_utils.Wire (or None), got {type(wire).__name__}")
-    if backend != "gloo":
-        raise LaunchError(
-            f"a wire models the network under gloo's CPU tensors, and this launch uses {backend}: "
-            "on GPUs NCCL's real network is what you measure; pass backend='gloo' to use the wire"
-        )
-    return wire.to_json()
-
-
-def _cluster_json(cluster, backend: str, wire) -> str | None:
+def _cluster_json(cluster, backend: str) -> str | None:
     """The cluster as the ranks receive it, or None; refuses what cannot go with it."""
     if cluster is None:
         return None
@@ -287,8 +268,6 @@ def _cluster_json(cluster, backend: str, wire) -> str | None:
 
     if not isinstance(cluster, Cluster):
         raise TypeError(f"cluster must be a course_utils.Cluster (or None), got {type(cluster).__name__}")
-    if wire is not None:
-        raise LaunchError("pass cluster= or wire=, not both: a cluster has its network, Cluster(network=)")
     if backend not in ("auto", "gloo"):
         raise LaunchError(
             f"a modeled cluster runs its ranks on the CPU over gloo, whatever GPUs this machine has; "

@@ -39,7 +39,6 @@ class RankSpec:
     init_group: bool
     threads: int
     group_timeout_s: float
-    wire_json: str | None = None  # a course_utils.Wire as JSON: the group runs on that network
     cluster_json: str | None = None  # a course_utils.Cluster as JSON: the rank runs in its virtual time
 
 
@@ -121,7 +120,7 @@ def run_rank(payload, spec: RankSpec) -> bytes:
     torch.set_num_threads(spec.threads)  # NCCL ranks too: the CPU side of their work shares the cores
     try:
         fn, args = pickle.loads(payload) if isinstance(payload, bytes) else payload
-        backend = _backend(spec)  # a wire, if any, is installed for fn's own groups too
+        backend = _backend(spec)  # a cluster, if any, is installed for fn's own groups too
         host_rank_store_on_loopback()  # rank 0's store, gloo and NCCL listen on loopback only
         if spec.init_group:
             dist.init_process_group(backend, timeout=timedelta(seconds=spec.group_timeout_s))
@@ -151,18 +150,15 @@ def run_rank(payload, spec: RankSpec) -> bytes:
 
 def _backend(spec: RankSpec) -> str:
     """The backend string this rank's group starts with: gloo, ``"cpu:gloo,cuda:nccl"``, or the
-    wire (``launch(..., wire=...)``), installed here so that ``fn``'s own groups may use it too."""
+    modeled cluster (``launch(..., cluster=...)``), installed here so that ``fn``'s own groups
+    may use it too."""
     from course_utils.runtime.hardware import group_backend
 
     if spec.cluster_json is not None:
         from course_utils.runtime.cluster import Cluster, install
 
         return install(Cluster.from_json(spec.cluster_json))
-    if spec.wire_json is None:
-        return group_backend(spec.backend)
-    from course_utils.runtime.wire import Wire, install
-
-    return install(Wire.from_json(spec.wire_json))
+    return group_backend(spec.backend)
 
 
 class _CPUPickler(cloudpickle.Pickler):
