@@ -254,7 +254,8 @@ def backend_all_gather_into_tensor(group, output: torch.Tensor, input: torch.Ten
 
 def backend_reduce_scatter_tensor(group, output: torch.Tensor, input: torch.Tensor, opts):
     """``group._reduce_scatter_base``: what ``dist.reduce_scatter_tensor`` calls on a process
-    group (every supported torch); the modeled cluster's group passes the call on to its gloo group through here."""
+    group (every supported torch); the modeled cluster's group passes the call on to its gloo
+    group through here."""
     return group._reduce_scatter_base(output, input, opts)
 
 
