@@ -249,46 +249,6 @@ def test_a_rank_waiting_on_the_wire_uses_almost_no_cpu():
     assert not math.isnan(max(shares))
 
 
-# -- DDP's overlap (course_utils.ddp.overlap) ------------------------------------------------------
-def test_overlap_variants_train_to_the_same_parameters_on_and_off_the_wire():
-    from course_utils.ddp import overlap
-
-    variants = {
-        "none": ("none", {}),
-        "naive": ("naive", {}),
-        "bucketed": ("bucketed", {"bucket_cap_mb": 0.002, "first_bucket_cap_mb": 0.002}),
-        "torch": ("torch", {"bucket_cap_mb": 0.002}),
-    }
-    args = (variants, 32, 3, 16, 1, 1)  # width 32, depth 3, 16 rows, 1 timed step, 1 round
-    plain = launch(overlap.step_seconds, *args)
-    wired = launch(overlap.step_seconds, *args, wire=Wire(latency_s=1e-3, bandwidth_Bps=1e8))
-    assert len(wired[0]["bucket_bytes"]["bucketed"]) > 1 and wired[0]["backward"] > 0
-    for p, m in zip(plain, wired, strict=True):
-        for label in ("naive", "bucketed", "torch"):
-            pairs = zip(p["parameters"][label], m["parameters"][label], strict=True)
-            assert max((a - b).abs().max().item() for a, b in pairs) == 0.0, label
-    # the three DDPs agree with one another too (same data, same buckets' sums)
-    for label in ("bucketed", "torch"):
-        pairs = zip(wired[0]["parameters"]["naive"], wired[0]["parameters"][label], strict=True)
-        assert max((a - b).abs().max().item() for a, b in pairs) < 1e-6
-
-
-def test_the_overlap_arithmetic():
-    from course_utils.ddp.overlap import hidden_fraction, modeled_communication, predicted_step
-
-    wire = Wire(latency_s=0.01, bandwidth_Bps=1e6)
-    assert modeled_communication(wire, [1_000_000, 1_000_000], 2) == pytest.approx(2 * 2 * (0.01 + 0.5))
-    assert hidden_fraction(1.5, 1.0, 2.0) == pytest.approx(0.75)
-    assert hidden_fraction(1.0, 1.0, 2.0) == 1.0
-    with pytest.raises(ValueError, match="communication must be positive"):
-        hidden_fraction(1.0, 1.0, 0.0)
-    # one bucket: all of its all-reduce comes after backward
-    assert predicted_step(3.0, 2.0, [1_000_000], wire, 2) == pytest.approx(3.0 + 1.02)
-    # two buckets of 0.51 s: the first hides behind the second half of backward (1 s), the second
-    # starts when backward ends and is all exposed
-    assert predicted_step(3.0, 2.0, [500_000, 500_000], wire, 2) == pytest.approx(3.0 + 0.52)
-
-
 # -- torchrun: the wire from COURSE_WIRE -------------------------------------------------------------
 TORCHRUN_SCRIPT = """
 import time, torch, torch.distributed as dist

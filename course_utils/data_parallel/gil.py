@@ -34,6 +34,7 @@ __all__ = [
     "timed_rank",
     "FREE_CORES",
     "threads_vs_processes",
+    "fixed_share",
 ]
 
 
@@ -97,6 +98,28 @@ class DLRMWork:
         for _ in range(self.steps):
             logits = self.model(self.batch.dense, self.batch.sparse)  # [B]
         return logits
+
+    def on_one_row(self) -> DLRMWork:
+        """The same forwards on the batch's first row: what they cost whatever the batch."""
+        return DLRMWork(self.model_config, type(self.batch)(*(t[:1] for t in self.batch)), self.steps)
+
+
+def fixed_share(work: DLRMWork, repeats: int = 5) -> float:
+    """The share of one worker's CPU time that its forwards would cost on a single row: the Python
+    around each operator and the operators' fixed costs, against the arithmetic on the rows.
+    CPU seconds of this thread (``time.thread_time``), the least of ``repeats`` runs each: other
+    programs change the wall time far more than the CPU time a thread spends."""
+
+    def cpu_seconds(job) -> float:
+        spent = []
+        for _ in range(repeats):
+            start = time.thread_time()
+            job()
+            spent.append(time.thread_time() - start)
+        return min(spent)
+
+    with one_torch_thread():
+        return cpu_seconds(work.on_one_row().prepare()) / cpu_seconds(work.prepare())
 
 
 @contextlib.contextmanager
