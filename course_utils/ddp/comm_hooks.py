@@ -120,7 +120,8 @@ def hook_traffic(
     Returns ``{name: {"bytes": bytes given to all_reduce per step, "calls": all-reduces per step,
     "sizes": the bytes of each all-reduce of the last step, "step_ns": the last step (virtual time
     on a modeled cluster, else wall time, in ns), "communication_ns" and "hidden_ns" of the last
-    step (a modeled cluster only: ``overlap.hidden_ns``), "weights": this rank's flat parameters}}``.
+    step and its "timeline" (a modeled cluster only: ``overlap.hidden_ns``), "weights": this rank's
+    flat parameters}}``.
     """
     dense, sparse, label = dlrm_batch(config, rows, seed=dist.get_rank())
     out = {}
@@ -149,5 +150,5 @@ def hook_traffic(
         if installed() is not None:
             window = timeline().window(round(start * 1e9), round(end * 1e9))
             communication, hidden = hidden_ns(window, dist.get_rank())
-            out[name].update(communication_ns=communication, hidden_ns=hidden)
+            out[name].update(communication_ns=communication, hidden_ns=hidden, timeline=window)
     return out

@@ -19,7 +19,7 @@ DDP all-reduces the dense part.
   variant; ``scripts.gpu_report`` times it on real GPUs);
 * ``tower``: that tower.
 
-Taught in chapter 04 (section 5: overlap, the bucket size, DDP against one GPU).
+Taught in chapter 04 (section 5b: overlap, the bucket size, DDP against one GPU).
 """
 
 from __future__ import annotations
