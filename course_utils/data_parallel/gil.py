@@ -107,19 +107,17 @@ class DLRMWork:
 def fixed_share(work: DLRMWork, repeats: int = 5) -> float:
     """The share of one worker's CPU time that its forwards would cost on a single row: the Python
     around each operator and the operators' fixed costs, against the arithmetic on the rows.
-    CPU seconds of this thread (``time.thread_time``), the least of ``repeats`` runs each: other
-    programs change the wall time far more than the CPU time a thread spends."""
-
-    def cpu_seconds(job) -> float:
-        spent = []
-        for _ in range(repeats):
-            start = time.thread_time()
-            job()
-            spent.append(time.thread_time() - start)
-        return min(spent)
-
+    CPU seconds of this thread (``time.thread_time``), the least of ``repeats`` runs of each, taken
+    in turn: other programs change the wall time far more than the CPU time a thread spends."""
+    jobs = {"one row": work.on_one_row().prepare(), "batch": work.prepare()}
+    spent: dict[str, list[float]] = {name: [] for name in jobs}
     with one_torch_thread():
-        return cpu_seconds(work.on_one_row().prepare()) / cpu_seconds(work.prepare())
+        for _ in range(repeats):
+            for name, job in jobs.items():
+                start = time.thread_time()
+                job()
+                spent[name].append(time.thread_time() - start)
+    return min(spent["one row"]) / min(spent["batch"])
 
 
 @contextlib.contextmanager
