@@ -2,6 +2,7 @@
 
     python benchmarks/checkpoint.py                     # 2 ranks, a 200,000 x 64 table + Adagrad: ~102 MB
     python benchmarks/checkpoint.py --rows 1000000 --checkpoints 8
+    python benchmarks/checkpoint.py --modeled         # on a modeled 8xH100 node and its storage: exact
 
 Both runs train the same DDP model (``course_utils.checkpoint.background.train_big_table``) and
 checkpoint it with an ``AppState`` every ``--every`` steps into a temporary folder (deleted
@@ -11,7 +12,9 @@ until it returns), their median, the ratio of the medians, and for async the tim
 waiting for the previous save when it was still being written (zero when the interval between
 checkpoints is longer than one write). Each rank uses one thread; the figures depend on the
 disk (every file is fsync'ed), on memory bandwidth (the staging copy) and on how busy the
-machine is.
+machine is. With ``--modeled`` the same saves run on a modeled cluster (chapter 08, section 4):
+their time is that of ``--storage`` (``course_utils.checkpoint.modeled_io.STORAGE``), the same on
+every machine.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ import tempfile
 from functools import partial
 from pathlib import Path
 
-from course_utils import launch
+from course_utils import Cluster, launch
 from course_utils.checkpoint.background import slowest_rank_stalls, train_big_table
+from course_utils.checkpoint.modeled_io import STORAGE
 
 
 def main() -> None:
@@ -32,7 +36,13 @@ def main() -> None:
     parser.add_argument("--checkpoints", type=int, default=6)
     parser.add_argument("--every", type=int, default=40, help="training steps between checkpoints")
     parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--modeled", action="store_true", help="time the saves on a modeled 8xH100 node")
+    parser.add_argument("--storage", default="parallel-fs", choices=sorted(STORAGE), help="with --modeled")
     args = parser.parse_args()
+    cluster = Cluster("h100", "nvlink") if args.modeled else None
+    if cluster is not None:
+        print(f"{cluster.label}; checkpoints to {STORAGE[args.storage].describe()}")
+    digits = 3 if args.modeled else 0
     medians = {}
     with tempfile.TemporaryDirectory(prefix="checkpoint_bench_") as folder:
         for mode in ("blocking", "async"):
@@ -43,18 +53,19 @@ def main() -> None:
                 checkpoint_every=args.every,
                 mode=mode,
                 rows=args.rows,
+                storage=args.storage if args.modeled else None,
             )
-            results = launch(run, world_size=args.ranks, timeout=600)
+            results = launch(run, world_size=args.ranks, timeout=600, cluster=cluster)
             stalls = slowest_rank_stalls(results)
             medians[mode] = statistics.median(stalls)
             print(
                 f"{mode:8s}: checkpoints of {results[0]['checkpoint_bytes'] / 1e6:.1f} MB; in the save call "
-                + ", ".join(f"{s * 1e3:.0f}" for s in stalls)
-                + f" ms; median {medians[mode] * 1e3:.0f} ms"
+                + ", ".join(f"{s * 1e3:.{digits}f}" for s in stalls)
+                + f" ms; median {medians[mode] * 1e3:.{digits}f} ms"
             )
             if mode == "async":
                 waited = slowest_rank_stalls(results, "waited")
-                shown = ", ".join(f"{s * 1e3:.0f}" for s in waited)
+                shown = ", ".join(f"{s * 1e3:.{digits}f}" for s in waited)
                 print(f"          waiting first for the previous save: {shown} ms")
     print(f"async / blocking, medians: {medians['async'] / medians['blocking']:.2f}")
 

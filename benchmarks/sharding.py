@@ -1,23 +1,24 @@
-"""Embedding sharding on 2 and 4 ranks: bytes moved per step (measured vs formula) and step time.
+"""Embedding sharding on a modeled 8xH100 node: bytes per step (measured vs formula) and step times.
 
-    python benchmarks/sharding.py                 # 26 Criteo-shaped tables, 1/100 of their size
-    python benchmarks/sharding.py --batch 4096 --steps 20
+    python benchmarks/sharding.py                       # 2, 4 and 8 ranks, Criteo's tables at full size
+    python benchmarks/sharding.py --dim 64 --batch 4096 --network infiniband
 
-For each of table-wise, row-wise (range and hash split) and column-wise sharding, every
-rank runs forward + backward of the sharded lookup on its own rows of synthetic click
-logs (Zipf-distributed ids, as in Criteo). Printed per configuration: the bytes the
-all-to-alls moved in one step, counted from the tensors sent, and the formula's figure
-(they must agree exactly; the script fails otherwise), the median step time over
-``--steps`` steps, and how unevenly the ids land on the ranks (row-wise range split sends
-every hot id to rank 0). Each rank uses one thread; run it on a quiet machine.
+For each of table-wise, row-wise (range and hash split) and column-wise sharding, every rank
+runs one forward + backward of the sharded lookup on its own ``--batch`` rows of synthetic click
+logs (Zipf-distributed ids, as in Criteo) on a modeled cluster (``course_utils.Cluster``): the
+tables and vectors on the meta device, real sizes priced in virtual time, the ids real. Printed
+per configuration: the bytes the all-to-alls moved, counted from the tensors sent, and the
+formula's figure (they must agree exactly; the script fails otherwise), the busiest rank's bytes,
+the modeled step time and its ratio to table-wise's, and how unevenly the ids land on the ranks
+(a row-wise range split sends every hot id to rank 0). The times are exact: the same on every
+machine and under any load.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 
-from course_utils import launch, sharding
+from course_utils import Cluster, launch, sharding
 from course_utils.workload import data
 
 CASES = [
@@ -34,46 +35,48 @@ def _name(kind: str, options: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", type=float, default=1 / 100, help="fraction of Criteo's table sizes")
-    parser.add_argument("--dim", type=int, default=16)
-    parser.add_argument("--batch", type=int, default=2048, help="rows per rank per step")
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of Criteo's table sizes")
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=8192, help="rows per rank per step")
+    parser.add_argument(
+        "--device", default="h100", help="a device preset (course_utils.runtime.cluster.DEVICES)"
+    )
+    parser.add_argument("--network", default="nvlink", help="a network preset (NETWORKS)")
     args = parser.parse_args()
-    cards = data.criteo_cardinalities(args.scale)
+    cards = data.criteo_cardinalities(args.scale) if args.scale != 1 else data.CRITEO_KAGGLE_CARDINALITIES
+    node = Cluster(args.device, args.network)
     print(
-        f"{len(cards)} tables, {sum(cards):,} rows x dim {args.dim}; batch {args.batch} rows per rank; "
-        f"median of {args.steps} steps (forward + backward)\n"
+        f"{node.label}: {node.network.describe()}\n{len(cards)} tables, {sum(cards):,} rows x dim "
+        f"{args.dim}; batch {args.batch} rows per rank; one step (forward + backward)\n"
     )
     print(
-        f"{'sharding':20s} {'W':>2s} {'measured B/step':>16s} {'formula B/step':>15s} {'step ms':>8s} "
-        f"{'vs table-wise':>13s} {'ids per rank (max/mean)':>24s}"
+        f"{'sharding':20s} {'W':>2s} {'measured B/step':>16s} {'formula B/step':>15s} "
+        f"{'busiest rank B':>15s} {'step ms':>8s} {'vs table-wise':>13s} {'ids per rank (max/mean)':>24s}"
     )
-    for world in (2, 4):
+    for world in (2, 4, 8):
         base = None
         for kind, options in CASES:
             results = launch(
-                sharding.time_lookup_steps,
+                sharding.modeled_lookup_step,
                 kind,
                 options,
                 cards,
                 args.dim,
                 args.batch,
-                args.steps,
                 world_size=world,
+                cluster=node,
                 timeout=600,
                 show_output=False,
             )
-            per_rank_seconds = [r[0] for r in results]
-            step = statistics.median(
-                max(s) for s in zip(*per_rank_seconds, strict=False)
-            )  # the slowest rank sets the pace
-            measured = sharding.measured([r[1] for r in results])["total"]
-            routed = results[0][2]
+            traffic = [r["traffic"] for r in results]
+            measured = sharding.measured(traffic)["total"]
+            routed = results[0]["routed"]
             expected = sharding.formula(kind, args.batch, len(cards), args.dim, world, routed=routed)["total"]
             if measured != expected:
                 raise SystemExit(
                     f"{_name(kind, options)} on {world} ranks: measured {measured} B != formula {expected} B"
                 )
+            step = results[0]["step_ns"] / 1e6
             base = base or step
             if routed:
                 received = [sum(row[s] for row in routed) for s in range(world)]
@@ -81,8 +84,8 @@ def main() -> None:
             else:
                 balance = "1.00" if kind == "column_wise" else "(whole tables)"
             print(
-                f"{_name(kind, options):20s} {world:2d} {measured:16,d} {expected:15,d} {step * 1e3:8.1f} "
-                f"{step / base:12.2f}x {balance:>24s}"
+                f"{_name(kind, options):20s} {world:2d} {measured:16,d} {expected:15,d} "
+                f"{sharding.busiest_rank_bytes(traffic):15,d} {step:8.3f} {step / base:12.2f}x {balance:>24s}"
             )
         print()
     print("measured == formula for every configuration (exact)")

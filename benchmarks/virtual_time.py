@@ -222,8 +222,8 @@ def part_2() -> None:
         launch(ddp_step, world_size=2, cluster=Cluster("h100", "nvlink"), show_output=False)
     )
     print(
-        f"DDP step of chapter 04's tower on 2 ranks: {without * 1e3:.1f} ms on gloo, {with_cluster * 1e3:.1f} ms "
-        f"on the modeled cluster ({with_cluster / without:.2f}x)"
+        f"DDP step of chapter 04's tower on 2 ranks: {without * 1e3:.1f} ms on gloo, "
+        f"{with_cluster * 1e3:.1f} ms on the modeled cluster ({with_cluster / without:.2f}x)"
     )
 
 

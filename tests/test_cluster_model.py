@@ -231,6 +231,9 @@ def test_labels_follow_forward_backward_and_the_optimizer():
         assert [s.name for s in spans] == ["data", "forward", "compute", "backward", "optimizer"]
         assert spans[-1].end_ns == cluster.modeled_ns()
         assert cluster.charged()["ops"] > 5 and cluster.modeled_time() == cluster.modeled_ns() / 1e9
+        by_op = cluster.charged(by_op=True)["by_op"]
+        assert by_op["aten::addmm"]["calls"] == 1 and by_op["aten::addmm"]["flops"] == 2 * 32 * 64 * 64
+        assert sum(t["ns"] for t in by_op.values()) == cluster.modeled_ns()
     finally:
         cluster.uninstall()
     with pytest.raises(RuntimeError, match="no modeled cluster in this process"):
@@ -257,6 +260,17 @@ def test_work_the_operators_do_not_show():
         assert lanes == {"compute", "storage"}
     finally:
         cluster.uninstall()
+
+
+def test_timed_on_times_a_block_on_one_modeled_gpu():
+    a = torch.ones(2048, 2048)
+    with cluster.timed_on(TEST) as run:
+        a @ a  # 2 x 2048^3 FLOP at 50 TFLOP/s, compute-bound, + 2 us
+    assert run.ns == round((2 * 2048**3 / 50e12 + 2e-6) * 1e9) and run.ops == 1
+    assert run.seconds == run.ns / 1e9 and cluster.installed() is None  # nothing charged afterwards
+    with cluster.timed_on(TEST), pytest.raises(RuntimeError, match="already a rank"):
+        with cluster.timed_on(TEST):
+            pass
 
 
 def test_meta_tensors_cost_what_real_ones_do():
@@ -296,3 +310,34 @@ def test_a_timeline_merges_ranks_and_writes_a_trace(tmp_path):
     assert math.isclose(sum(e["dur"] for e in complete), (100 + 100 + 120 + 90) / 1e3)
     figure = merged.plot()
     assert len(figure.axes[0].get_yticklabels()) == 3  # rank 0 compute, rank 0 collectives, rank 1 compute
+
+
+def test_the_roofline_lines_up_with_the_profiler():
+    """compare_step (gpu_report's section 5) on this CPU: the profiler finds each operator the mode
+    priced, as many times (CPU times here, kernels' device times on a GPU)."""
+    from course_utils.runtime.cluster.compare import compare_step, comparison_table
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.ones(32, 64)
+
+    def step():
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    rows = compare_step(step, TEST, steps=2, warmup=1)
+    by_op = {r["op"]: r for r in rows}
+    assert {"aten::addmm", "aten::mm", "aten::relu", "aten::threshold_backward"} <= set(by_op)
+    assert by_op["aten::addmm"]["calls"] == 2 and by_op["aten::mm"]["calls"] == 3
+    assert all(r["measured_us"] > 0 and r["ratio"] is not None for r in rows)
+    table = comparison_table(rows)
+    assert table[-1].startswith(f"| all {len(rows)} operators |") and len(table) == 2 + min(12, len(rows)) + 1
+
+
+def test_the_report_picks_the_preset_by_the_gpu_name():
+    from course_utils.scripts.gpu_report import preset_for
+
+    assert preset_for("NVIDIA H100 80GB HBM3") == "h100" and preset_for("Tesla T4") == "t4"
+    assert preset_for("NVIDIA A100-SXM4-40GB") == "a100" and preset_for("Tesla V100-SXM2-16GB") == "v100"
+    assert preset_for("NVIDIA L4") == "h100"  # no preset: the report says it compared with H100's

@@ -265,3 +265,96 @@ if __name__ == "__main__":
     STORED.write_text("\n".join(lines + ["}"]) + "\n")
     assert json.loads(STORED.read_text()) == written
     print(f"wrote {STORED}")
+
+
+# -- torchrun: the cluster from COURSE_CLUSTER -------------------------------------------------
+TORCHRUN_SCRIPT = """
+import torch, torch.distributed as dist
+from course_utils.runtime.cluster import backend_from_env, installed, modeled_ns
+dist.init_process_group(backend_from_env("gloo"))
+t = torch.ones(1)
+dist.barrier()
+start = modeled_ns() if installed() else 0
+dist.all_reduce(t)
+if dist.get_rank() == 0:
+    print("RESULT", dist.get_backend(), t.item(), modeled_ns() - start if installed() else "-")
+dist.destroy_process_group()
+"""
+
+
+def test_a_torchrun_script_runs_on_the_cluster_named_in_course_cluster(tmp_path):
+    import os
+
+    script = tmp_path / "script.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(script),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("COURSE_CLUSTER", None)
+
+    def result(run):  # the script's line (torchrun may print its own lines too)
+        lines = [line.split()[1:] for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+        assert len(lines) == 1, run.stdout[-2000:] + run.stderr[-2000:]
+        return lines[0]
+
+    plain = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert result(plain) == ["gloo", "2.0", "-"]
+    modeled = subprocess.run(
+        command, env={**env, "COURSE_CLUSTER": "h100:nvlink"}, capture_output=True, text=True, timeout=120
+    )
+    # 4 bytes on 2 ranks over NVLink: 2 (alpha + 4 / (2 x 450 GB/s)) = 10 000.0089 ns, rounded
+    assert result(modeled) == ["cluster", "2.0", "10000"]
+    bad = subprocess.run(
+        command, env={**env, "COURSE_CLUSTER": "h100"}, capture_output=True, text=True, timeout=120
+    )
+    assert bad.returncode != 0
+    assert "COURSE_CLUSTER='h100' is not a cluster" in bad.stderr and "t4, v100, a100, h100" in bad.stderr
+
+
+def collectives_on_meta() -> list[int]:
+    """Every collective with meta tensors on every rank: only the time moves; and the operators a
+    wait charges (none: gloo's own copies are not the GPU's work)."""
+    from course_utils.runtime.cluster import charged
+
+    w, me = dist.get_world_size(), dist.get_rank()
+    with torch.device("meta"):
+        t, out, flat, part = torch.empty(8), torch.empty(8), torch.empty(8 * w), torch.empty(8 // w)
+        parts = [torch.empty(8) for _ in range(w)]
+    ops_before = charged()["ops"]
+    dist.all_reduce(t)
+    dist.broadcast(t, src=0)
+    dist.all_gather(parts, t)
+    dist.all_gather_into_tensor(flat, t)
+    dist.reduce_scatter_tensor(part, t)
+    dist.all_to_all_single(out, t)
+    dist.gather(t, parts if me == 0 else None, dst=0)
+    dist.scatter(out, parts if me == 0 else None, src=0)
+    return [charged()["ops"] - ops_before, modeled_ns()]
+
+
+def collectives_on_cpu() -> int:
+    """The operators that waiting for gloo's collectives charges on this rank: none."""
+    from course_utils.runtime.cluster import charged
+
+    w = dist.get_world_size()
+    t = torch.ones(256)
+    parts, gathered = [torch.zeros(256) for _ in range(w)], [torch.zeros(256) for _ in range(w)]
+    flat = torch.zeros(256 * w)
+    before = charged()["ops"]
+    dist.all_gather(parts, t)
+    dist.all_gather_into_tensor(flat, t)
+    dist.gather(t, gathered if dist.get_rank() == 0 else None, dst=0)
+    return charged()["ops"] - before
+
+
+def test_collectives_on_meta_tensors_and_waits_charge_no_operators():
+    meta = launch(collectives_on_meta, world_size=2, cluster=H100)
+    assert [ops for ops, _ in meta] == [0, 0] and meta[0][1] == meta[1][1] > 0
+    assert launch(collectives_on_cpu, world_size=2, cluster=H100) == [0, 0]

@@ -377,17 +377,18 @@ def test_bus_bandwidth_definitions():
 
 
 def test_alpha_beta_fit_recovers_the_model():
-    truth = bandwidth.AlphaBeta(alpha=50e-6, beta=1 / 1.5e9, world_size=4)
+    truth = bandwidth.AlphaBeta(alpha=50e-6, beta=1.5e9, world_size=4)  # beta: bytes per second
     sizes = [1 << k for k in range(10, 27, 2)]
     noisy = [truth.seconds(n) * (1 + 0.02 * math.sin(k)) for k, n in enumerate(sizes)]
     fit = bandwidth.fit_alpha_beta(sizes, noisy, 4)
     assert fit.alpha == pytest.approx(truth.alpha, rel=0.1)
     assert fit.beta == pytest.approx(truth.beta, rel=0.1)
     assert fit.latency_share(1 << 10) > 0.99 and fit.latency_share(64 << 20) < 0.01
-    assert fit.busbw(1 << 30) == pytest.approx(1 / fit.beta, rel=0.01)  # large messages: 1 / beta
-    # half the peak bus bandwidth at the size where the two terms are equal
-    assert fit.busbw(fit.half_bandwidth_bytes) == pytest.approx(0.5 / fit.beta, rel=1e-6)
-    assert fit.peak_busbw == pytest.approx(1 / fit.beta)
+    assert fit.busbw(1 << 30) == pytest.approx(fit.beta, rel=0.01)  # large messages: beta
+    # half the peak bus bandwidth at the size where the two terms are equal, w alpha beta
+    assert fit.half_bandwidth_bytes == pytest.approx(4 * fit.alpha * fit.beta)
+    assert fit.busbw(fit.half_bandwidth_bytes) == pytest.approx(0.5 * fit.beta, rel=1e-6)
+    assert fit.peak_busbw == fit.beta
     with pytest.raises(ValueError, match="world_size >= 2"):
         bandwidth.fit_alpha_beta(sizes, noisy, 1)
     with pytest.raises(ValueError, match="at least two different message sizes"):
@@ -409,8 +410,55 @@ def test_sweep_rows():
     for r in rows:
         assert r["seconds"] > 0 and r["world_size"] == 2
         assert r["busbw"] == pytest.approx(bandwidth.bus_bandwidth(r["nbytes"], r["seconds"], 2))
-    fig = bandwidth.plot(rows, {"gloo": bandwidth.AlphaBeta(1e-4, 1e-9, 2)})
-    assert len(fig.axes[0].lines) == 3
+    fig = bandwidth.plot(rows, {"gloo": bandwidth.AlphaBeta(1e-4, 1e9, 2)})
+    assert len(fig.axes[0].lines) == 4  # two implementations, the fit, and its beta
+
+
+def modeled_sweep(sizes):
+    return bandwidth.sweep({"all_reduce": dist.all_reduce}, sizes, repeats=2, max_calls=3, device="meta")
+
+
+@pytest.mark.parametrize("device, network, ranks", [("h100", "nvlink", 4), ("t4", "pcie-gen3", 2)])
+def test_sweep_on_a_modeled_cluster_is_the_network_model_exactly(device, network, ranks):
+    """Under a cluster the stopwatch reads virtual time: every figure is the ring's alpha-beta time,
+    at real sizes (meta tensors), the same on every rank and repeat; the fit reads back alpha, beta."""
+    from course_utils.runtime.cluster import Cluster, collective_seconds
+
+    cluster = Cluster(device, network)
+    alpha, beta = cluster.network.link(list(range(ranks)))
+    sizes = [1 << 10, 1 << 20, 1 << 30, 8 << 30]
+    per_rank = launch(modeled_sweep, sizes, world_size=ranks, cluster=cluster, timeout=120)
+    assert all(rows == per_rank[0] for rows in per_rank)
+    rows = per_rank[0]
+    for r in rows:
+        ns = round(collective_seconds("all_reduce", r["nbytes"], ranks, alpha, beta) * 1e9)
+        assert r["seconds"] == pytest.approx(ns / 1e9, rel=1e-12, abs=1e-15)
+    fit = bandwidth.fit_alpha_beta([r["nbytes"] for r in rows], [r["seconds"] for r in rows], ranks)
+    assert fit.alpha == pytest.approx(alpha, rel=1e-4) and fit.beta == pytest.approx(beta, rel=1e-4)
+    busbw = [r["busbw"] for r in rows]
+    assert busbw == sorted(busbw) and beta * 0.99 < busbw[-1] <= beta  # rises, then flattens at beta
+
+
+def test_published_figures_and_the_models_error():
+    from course_utils.collectives import published
+    from course_utils.runtime.cluster import NETWORKS, collective_seconds
+
+    ring, nvls, a100 = published.NCCL_ALL_REDUCE
+    assert (ring.busbw_GBps, nvls.busbw_GBps, nvls.algbw_GBps, a100.busbw_GBps) == (370, 480, 275, 230)
+    link = NETWORKS["nvlink"]
+    assert ring.line_rate_GBps * 1e9 == link.bandwidth_Bps  # the preset is the node's line rate
+    seconds = collective_seconds("all_reduce", ring.nbytes, 8, link.latency_s, link.bandwidth_Bps)
+    busbw = 2 * 7 / 8 * ring.nbytes / seconds / 1e9
+    assert published.model_error(busbw, ring.busbw_GBps) == pytest.approx(busbw / 370 - 1)
+    assert round(published.model_error(busbw, ring.busbw_GBps), 3) == 0.214  # the chapter's +21.4 %
+    assert round(published.model_error(busbw, nvls.busbw_GBps), 3) == -0.064
+    with pytest.raises(ValueError, match="positive"):
+        published.model_error(1.0, 0)
+
+
+def test_size_label():
+    labels = [bandwidth.size_label(n) for n in (512, 2048, 3 << 20, 8 << 30)]
+    assert labels == ["512 B", "2 KiB", "3 MiB", "8 GiB"]
 
 
 # --- starting a group: clear errors -------------------------------------------------------
@@ -506,8 +554,8 @@ def test_quiz_bytes_sent_and_bus_bandwidth():
 def test_quiz_all_to_all_and_latency_bound():
     after = launch(runs.demo_all_to_all, world_size=4, timeout=60)[1][1]
     assert _answer(4) == f"`{after}`"
-    typical = bandwidth.AlphaBeta(alpha=50e-6, beta=1 / 1e9, world_size=4)  # loopback-like figures
-    assert typical.latency_share(1 << 10) > 0.9 and _answer(6).startswith("Latency")
+    nvlink = bandwidth.AlphaBeta(alpha=5e-6, beta=450e9, world_size=8)  # the chapter's 8xH100 node
+    assert nvlink.latency_share(1 << 10) > 0.99 and _answer(6).startswith("Latency")
 
 
 def test_quiz_backend_for_more_ranks_than_gpus(monkeypatch):
@@ -536,7 +584,7 @@ def test_alpha_beta_fit_never_gives_a_negative_term():
     falling = [9e-3, 8e-3, 8e-3, 7e-3]  # larger messages faster: noise, not a model
     assert _unconstrained_alpha_beta(sizes, falling, 4)[1] < 0
     fit = bandwidth.fit_alpha_beta(sizes, falling, 4)
-    assert fit.beta == 0 and fit.peak_busbw == math.inf and fit.half_bandwidth_bytes == math.inf
+    assert fit.beta == math.inf and fit.peak_busbw == math.inf and fit.half_bandwidth_bytes == math.inf
     assert 6 * fit.alpha == pytest.approx(8e-3, rel=0.1)  # six steps of alpha: about the times' level
     doubling = [1 << 20, 1 << 21, 1 << 22, 1 << 23]
     steep = [1e-3 * 4**k for k in range(4)]  # 4x the time for 2x the bytes: the free alpha is negative

@@ -1,4 +1,5 @@
-"""Tests of course_utils.workload.data: synthetic logs, the container, parquet shards, the Criteo reader."""
+"""Tests of course_utils.workload.data: synthetic logs, the container, parquet shards (the Criteo
+format: test_criteo.py)."""
 
 import hashlib
 import subprocess
@@ -269,57 +270,3 @@ def test_repartition_command_line(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert data.parquet_info(tmp_path / "b.parquet")["row_groups"] == 4
-
-
-# --- the real Criteo format ---------------------------------------------------------------------
-
-
-def _criteo_line(label, ints, cats):
-    return "\t".join(
-        [str(label), *("" if v is None else str(v) for v in ints), *("" if v is None else v for v in cats)]
-    )
-
-
-def test_read_criteo_tsv(tmp_path):
-    ints = [[1, None, 5, -1] + [0] * 9, [None] * 13, [1000] + [2] * 12]
-    cats = [
-        ["68fd1e64", "80e26c9b", None] + ["0b153874"] * 23,
-        ["68fd1e64", None, "fb936136"] + ["0b153874"] * 23,
-        [None] * 26,
-    ]
-    path = tmp_path / "day_0_sample.tsv"
-    path.write_text(
-        "\n".join(_criteo_line(lbl, i, c) for lbl, i, c in zip([1, 0, 0], ints, cats, strict=False)) + "\n"
-    )
-    logs = data.read_criteo_tsv(path, buckets=1000)
-    assert len(logs) == 3 and logs.cardinalities == (1000,) * 26
-    np.testing.assert_array_equal(logs.label, [1, 0, 0])
-    np.testing.assert_allclose(logs.dense[0, :4], np.log1p([1, 0, 5, 0]), rtol=1e-6)  # missing, negative -> 0
-    assert (logs.dense[1] == 0).all()
-    assert logs.dense[2, 0] == pytest.approx(np.log1p(1000))
-    assert logs.sparse[0, 0] == logs.sparse[1, 0] != 0  # same string, same id
-    assert logs.sparse[0, 2] == 0 and logs.sparse[1, 1] == 0  # missing -> 0
-    assert (logs.sparse[2] == 0).all()
-    assert ((logs.sparse >= 0) & (logs.sparse < 1000)).all()
-    assert np.isnan(logs.prob).all()
-    with pytest.raises(ValueError, match="synthetic"):
-        logs.bayes_auc()
-    assert len(data.read_criteo_tsv(path, max_rows=2)) == 2
-    per_column = data.read_criteo_tsv(path, buckets=[2] * 26)
-    assert set(np.unique(per_column.sparse)) <= {0, 1}
-    with pytest.raises(FileNotFoundError, match="never downloads"):
-        data.read_criteo_tsv(tmp_path / "missing.tsv")
-
-
-@pytest.mark.parametrize("extra", ["first", "later", "short"])
-def test_read_criteo_tsv_refuses_lines_with_the_wrong_number_of_fields(tmp_path, extra):
-    good = _criteo_line(1, [1] * 13, ["68fd1e64"] * 26)
-    bad = {
-        "first": [good + "\t7", good],
-        "later": [good, good + "\t7"],
-        "short": [good.rsplit("\t", 1)[0], good],
-    }[extra]
-    path = tmp_path / "not_criteo.tsv"
-    path.write_text("\n".join(bad) + "\n")
-    with pytest.raises(ValueError, match="does not look like Criteo TSV"):
-        data.read_criteo_tsv(path)

@@ -113,7 +113,7 @@ def test_two_local_elastic_nodes_get_their_own_gpus_or_gloo(monkeypatch, tmp_pat
 
     started = []
 
-    def fake_run_together(commands, timeout, watch=None):
+    def fake_run_together(commands, timeout, watch=None, stop_partners=True):
         started.append(commands)
         return [("", "")] * len(commands), [0] * len(commands)
 

@@ -61,27 +61,69 @@ def test_pipeline_view_errors_and_drawing():
 
 
 def test_ring_is_chapter_02s_alpha_beta_model():
-    model = AlphaBeta(alpha=2e-4, beta=1e-9, world_size=4)
+    model = AlphaBeta(alpha=2e-4, beta=1e9, world_size=4)  # beta: bytes per second
     for n in (1e3, 1e6, 1e9):
-        assert allreduce_seconds("ring", n, 4, 2e-4, 1e-9) == pytest.approx(model.seconds(n))
+        assert allreduce_seconds("ring", n, 4, 2e-4, 1e9) == pytest.approx(model.seconds(n))
 
 
 def test_tree_and_naive_closed_forms_and_crossover():
-    assert allreduce_seconds("tree", 1e6, 8, 1e-5, 1e-9) == pytest.approx(2 * 3 * (1e-5 + 1e-3))
-    assert allreduce_seconds("naive", 1e6, 8, 1e-5, 1e-9) == pytest.approx(2 * 7 * (1e-5 + 1e-3))
-    assert allreduce_seconds("ring", 1e6, 1, 1e-5, 1e-9) == 0.0
-    n = crossover_bytes(16, 1e-4, 1e-9)
-    ring, tree = (allreduce_seconds(a, n, 16, 1e-4, 1e-9) for a in ("ring", "tree"))
+    assert allreduce_seconds("tree", 1e6, 8, 1e-5, 1e9) == pytest.approx(2 * 3 * (1e-5 + 1e-3))
+    assert allreduce_seconds("naive", 1e6, 8, 1e-5, 1e9) == pytest.approx(2 * 7 * (1e-5 + 1e-3))
+    assert allreduce_seconds("ring", 1e6, 1, 1e-5, 1e9) == 0.0
+    n = crossover_bytes(16, 1e-4, 1e9)
+    ring, tree = (allreduce_seconds(a, n, 16, 1e-4, 1e9) for a in ("ring", "tree"))
     assert ring == pytest.approx(tree)
-    assert allreduce_seconds("ring", 2 * n, 16, 1e-4, 1e-9) < allreduce_seconds("tree", 2 * n, 16, 1e-4, 1e-9)
-    assert allreduce_seconds("ring", n / 2, 16, 1e-4, 1e-9) > allreduce_seconds("tree", n / 2, 16, 1e-4, 1e-9)
-    assert crossover_bytes(2, 1e-4, 1e-9) == 0  # two ranks: the ring is never slower than the tree
-    assert math.isinf(crossover_bytes(1, 1e-4, 1e-9))  # one rank: nothing to compare
+    assert allreduce_seconds("ring", 2 * n, 16, 1e-4, 1e9) < allreduce_seconds("tree", 2 * n, 16, 1e-4, 1e9)
+    assert allreduce_seconds("ring", n / 2, 16, 1e-4, 1e9) > allreduce_seconds("tree", n / 2, 16, 1e-4, 1e9)
+    assert crossover_bytes(2, 1e-4, 1e9) == 0  # two ranks: the ring is never slower than the tree
+    assert math.isinf(crossover_bytes(1, 1e-4, 1e9))  # one rank: nothing to compare
     with pytest.raises(ValueError, match="unknown algorithm"):
-        allreduce_seconds("butterfly", 1, 2, 0, 0)
-    fig = draw_allreduce(measured=[(2**20, 1e-3), (2**24, 1e-2)])
+        allreduce_seconds("butterfly", 1, 2, 0, 1)
+    with pytest.raises(ValueError, match="beta > 0"):
+        allreduce_seconds("ring", 1, 2, 0, 0)
+    fig = draw_allreduce(modeled=[(2**20, 1e-4), (2**24, 1e-3)])
     assert len(fig.axes[0].lines) >= 7
     matplotlib.pyplot.close(fig)
+
+
+def three_ways_to_all_reduce(nbytes):
+    """On a modeled cluster: the ring (dist.all_reduce), the tree (reduce + broadcast) and the naive
+    one (gather + scatter of whole tensors, no additions): each one's collectives, as
+    ``{name: [modeled ns of each collective]}``, from this rank's timeline."""
+    import torch
+    import torch.distributed as dist
+
+    from course_utils.runtime.cluster import timeline
+
+    w, me = dist.get_world_size(), dist.get_rank()
+    t = torch.zeros(nbytes // 4)  # real tensors: gloo's gather refuses meta ones on the other ranks
+    parts = [torch.zeros_like(t) for _ in range(w)] if me == 0 else None
+    steps = {
+        "ring": lambda: dist.all_reduce(t),
+        "tree": lambda: (dist.reduce(t, dst=0), dist.broadcast(t, src=0)),
+        "naive": lambda: (dist.gather(t, parts, dst=0), dist.scatter(t, parts, src=0)),
+    }
+    took = {}
+    for name, step in steps.items():
+        dist.barrier()
+        before = len(timeline().on(me, "collectives"))
+        step()
+        took[name] = [s.duration_ns for s in timeline().on(me, "collectives")[before:]]
+    return took
+
+
+def test_the_explorers_lines_are_the_clusters_prices():
+    from course_utils import launch
+    from course_utils.runtime.cluster import Cluster
+
+    cluster = Cluster("h100", "nvlink")
+    alpha, beta = cluster.network.link([0, 1, 2, 3])
+    for nbytes in (1 << 10, 1 << 20):
+        for took in launch(three_ways_to_all_reduce, nbytes, world_size=4, cluster=cluster, timeout=120):
+            assert [len(took[name]) for name in ("ring", "tree", "naive")] == [1, 2, 2]
+            for name, durations in took.items():
+                expected = allreduce_seconds(name, nbytes, 4, alpha, beta) * 1e9
+                assert sum(durations) == pytest.approx(expected, abs=1), name  # whole ns per collective
 
 
 # --- sharding -------------------------------------------------------------------------------

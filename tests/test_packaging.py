@@ -125,44 +125,111 @@ def test_every_chapter_opens_with_the_same_setup_cell():
     assert differ == [], f"first code cell differs from templates/setup_cell.py in {differ}"
 
 
-def test_the_setup_cell_keeps_the_image_torch_and_installs_what_else_is_needed():
-    calls = [node for node in ast.walk(ast.parse(SETUP_CELL)) if isinstance(node, ast.List)]
-    commands = [[ast.literal_eval(e) for e in c.elts if isinstance(e, ast.Constant)] for c in calls]
-    installs = [c for c in commands if "install" in c]
-    assert installs[0][-3:] == ["--no-deps", "-e", "course"]  # the course, without its deps
-    extra = _specs(installs[1][installs[1].index("-q") + 1 :])  # then the rest, never torch
-    wanted = {k: v for k, v in _pyproject().items() if k != "torch"}
-    core = {k: wanted[k] for k in extra}
-    assert "torch" not in extra and extra == core
-    assert set(extra) == {"cloudpickle", "numpy", "pandas", "pyarrow", "matplotlib"}
+def _setup_commands() -> list[tuple[list[str], dict]]:
+    """What the setup cell would run: each ``subprocess.run`` call's command and keywords, read
+    from its code (every argument a literal, but ``sys.executable``)."""
+    found = []
+    for node in ast.walk(ast.parse(SETUP_CELL)):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "subprocess.run":
+            command = [
+                "PYTHON" if ast.unparse(e) == "sys.executable" else ast.literal_eval(e)
+                for e in node.args[0].elts
+            ]
+            found.append((node.lineno, command, {k.arg: ast.literal_eval(k.value) for k in node.keywords}))
+    return [(command, keywords) for _, command, keywords in sorted(found, key=lambda f: f[0])]
 
 
-def test_the_setup_cell_does_nothing_where_the_course_is_installed(tmp_path, monkeypatch):
-    """Run twice here (course_utils importable): no clone, no pip, no error, either time."""
-    import subprocess
+def test_the_setup_cell_installs_the_pinned_release_from_pyprojects_repository():
+    """The cell installs ``name @ git+<[project.urls] Repository>@v<version>`` (the release tag), with
+    ``--`` before it, timeouts on pip's connections and on each command, the image's torch kept
+    (``--no-deps``), then lets the package check the release and add what the image lacks."""
+    project = _project()
+    install, check = _setup_commands()
+    release = f"{project['name']} @ git+{project['urls']['Repository']}@v{project['version']}"
+    assert install[0] == [
+        "PYTHON",
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        "--timeout",
+        "60",
+        "--",
+        release,
+    ]
+    assert check[0] == ["PYTHON", "-m", "course_utils.notebook.hosted", project["version"]]
+    assert install[1] == check[1] == {"check": True, "timeout": 900}
 
-    calls = []
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
-    monkeypatch.chdir(tmp_path)
-    for _ in range(2):
-        exec(compile(SETUP_CELL, "setup_cell", "exec"), {})
-    assert calls == [] and list(tmp_path.iterdir()) == []
+
+def test_the_setup_cell_is_three_plain_statements():
+    lines = SETUP_CELL.splitlines()
+    statements = ast.parse(SETUP_CELL).body
+    assert len(lines) == len(statements) <= 3 and ";" not in SETUP_CELL.split("#")[0]
+    assert all(isinstance(s, (ast.Import, ast.Expr, ast.Assign)) for s in statements)
+    assert "exec(" not in SETUP_CELL and "eval(" not in SETUP_CELL
 
 
-def test_a_failed_clone_says_what_to_do(tmp_path, monkeypatch):
+def _run_setup_cell(monkeypatch, tmp_path, installed: bool) -> list:
     import importlib.util
     import subprocess
 
-    def fake_run(cmd, **kwargs):
-        return subprocess.CompletedProcess(cmd, 128, "", "fatal: unable to access: Could not resolve host")
-
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(subprocess, "run", fake_run)
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: calls.append(cmd))
+    if not installed:
+        real = importlib.util.find_spec
+        monkeypatch.setattr(
+            importlib.util, "find_spec", lambda name: None if name == "course_utils" else real(name)
+        )
     monkeypatch.chdir(tmp_path)
-    try:
-        exec(compile(SETUP_CELL, "setup_cell", "exec"), {})
-    except RuntimeError as exc:
-        message = str(exc)
-    else:
-        raise AssertionError("a failed clone must raise")
-    assert "Could not resolve host" in message and "%env COURSE_REPO=" in message and "Internet" in message
+    exec(compile(SETUP_CELL, "setup_cell", "exec"), {})
+    return [[Path(c).name if c == sys.executable else c for c in cmd] for cmd in calls]
+
+
+def test_where_the_course_is_installed_the_setup_cell_only_checks_the_release(tmp_path, monkeypatch):
+    calls = _run_setup_cell(monkeypatch, tmp_path, installed=True)
+    assert [c[1:3] for c in calls] == [["-m", "course_utils.notebook.hosted"]]
+    assert list(tmp_path.iterdir()) == []  # no clone, no file
+    import subprocess
+
+    monkeypatch.undo()  # the check itself, for real: silent, since this checkout is that release
+    done = subprocess.run(
+        [sys.executable, "-m", "course_utils.notebook.hosted", _project()["version"]],
+        capture_output=True,
+        text=True,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_where_the_course_is_missing_the_setup_cell_installs_then_checks(tmp_path, monkeypatch):
+    calls = _run_setup_cell(monkeypatch, tmp_path, installed=False)
+    assert [c[2] for c in calls] == ["pip", "course_utils.notebook.hosted"]
+
+
+def test_another_installed_release_is_refused_in_one_line_naming_the_fix(capsys):
+    from course_utils.notebook import hosted
+
+    assert hosted.main(["9.9.9"]) == 1
+    err = capsys.readouterr().err
+    project = _project()
+    assert err.count("\n") == 1 and f"belongs to release 9.9.9 of the course, and {project['version']}" in err
+    assert f"git+{project['urls']['Repository']}@v9.9.9" in err
+
+
+def test_the_setup_check_installs_what_is_missing_but_never_torch(monkeypatch):
+    from importlib import metadata
+
+    from course_utils.notebook import hosted
+
+    real = metadata.version
+
+    def version(name):  # this machine, without pandas, pyarrow and torch
+        if name in ("pandas", "pyarrow", "torch"):
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(metadata, "version", version)
+    assert hosted.missing_requirements() == [
+        f"pandas{_pyproject()['pandas']}",
+        f"pyarrow{_pyproject()['pyarrow']}",
+    ]

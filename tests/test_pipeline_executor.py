@@ -6,7 +6,7 @@ import pytest
 import torch
 from test_collectives import only_batched_p2p
 
-from course_utils import launch
+from course_utils import Cluster, launch
 from course_utils.pipeline import (
     MLPConfig,
     Op,
@@ -15,11 +15,13 @@ from course_utils.pipeline import (
     lower,
     one_f_one_b,
     reference_step,
+    replay,
     run_schedule,
     run_schedules,
     zero_bubble_h1,
 )
 from course_utils.pipeline.executor import StageWorker, batches
+from course_utils.pipeline.modeled import cluster_bubble, message_ms, where_time_goes
 from course_utils.pipeline.runs import collect, pipeline_rank
 from course_utils.pipeline.schedules import ScheduleKind
 from course_utils.pipeline.torch_pipelining import compare_with_torch, run_torch_pipeline
@@ -94,6 +96,57 @@ def test_torch_pipelining_alone_and_several_schedules_in_turns(reference):
     for run in runs:
         assert_same(run.grads, reference[1])
     assert runs[1].fastest.peak_activations() == [2, 2]
+
+
+# --- on a modeled cluster: exact times, a timeline per step, real sizes on meta ---------------
+
+IB = Cluster("h100", "infiniband")
+
+
+def in_ns(timeline):
+    """The events with their times in whole ns (ms floats from different starts differ in the last bit)."""
+    return [(e.device, e.action, round(e.start * 1e6), round(e.end * 1e6)) for e in timeline.events]
+
+
+def test_on_a_modeled_cluster_every_step_is_the_same_and_meta_prices_what_real_tensors_cost(reference):
+    schedules = [gpipe(2, 1), one_f_one_b(2, 4)]
+    real = run_schedules(schedules, CONFIG, steps=2, warmup=0, timeout=TIMEOUT, cluster=IB)
+    meta = run_schedules(schedules, CONFIG, steps=1, warmup=0, timeout=TIMEOUT, cluster=IB, meta=True)
+    for run, priced in zip(real, meta, strict=True):
+        assert len({round(ms * 1e6) for ms in run.step_times_ms + priced.step_times_ms}) == 1  # ns
+        assert in_ns(run.timelines[0]) == in_ns(run.timelines[1]) == in_ns(priced.timeline)
+        assert len(run.cluster_timelines) == 2 and priced.grads == {} and priced.loss == 0
+    assert_same(real[1].grads, reference[1])  # the numbers are untouched by the cluster
+    # the cluster's own timeline: each action a named compute span, each message on its lane
+    step = real[1].cluster_timeline
+    assert [s.name for s in step.on(0, "compute") if "(" in s.name] == [
+        str(a) for a in schedules[1].devices[0]
+    ]
+    assert len(step.on(0, "send to 1")) == len(step.on(1, "send to 0")) == 4
+    # the naive split waits only for its two messages: replayed with their time, the same step
+    naive = real[0].timeline
+    assert replay(gpipe(2, 1), naive, message_ms(IB, CONFIG, 1)).makespan == pytest.approx(
+        naive.makespan, abs=1e-6
+    )
+    parts = where_time_goes(one_f_one_b(2, 4), real[1].timeline, message_ms(IB, CONFIG, 4))
+    steps = [parts[k][0] for k in ("replay, messages free", "replay, messages paid", "measured")]
+    assert steps == sorted(steps) and parts["formula"] == (None, 0.2)
+
+
+def test_meta_needs_a_modeled_cluster():
+    with pytest.raises(ValueError, match="only a modeled cluster can time it"):
+        run_schedule(one_f_one_b(2, 2), CONFIG, meta=True)
+
+
+def test_torch_pipelining_on_a_modeled_cluster_gives_its_timeline(reference):
+    ours, theirs = compare_with_torch(
+        one_f_one_b(2, 4), CONFIG, steps=1, warmup=1, timeout=TIMEOUT, cluster=IB
+    )
+    assert_same(theirs.grads, reference[1])
+    for run in (ours, theirs):
+        assert 0 < cluster_bubble(run.cluster_timeline) < 1
+        assert run.cluster_timeline.makespan_ns / 1e6 == pytest.approx(run.step_time_ms, rel=1e-3)
+    assert theirs.step_time_ms > ours.step_time_ms  # torch's 1F1B waits for each send in its steady phase
 
 
 # --- messages in batches (batch_isend_irecv), safe where a send waits for its receive -------

@@ -9,6 +9,7 @@ from course_utils.pipeline import (
     Action,
     Costs,
     Event,
+    MLPConfig,
     Timeline,
     chrome_trace,
     expected_bubble_fraction,
@@ -19,6 +20,7 @@ from course_utils.pipeline import (
     interleaved_bubble_ratio,
     measured_costs,
     one_f_one_b,
+    replay,
     simulate,
     steady_state,
     zb_h1_bubble_time,
@@ -27,8 +29,10 @@ from course_utils.pipeline import (
     zero_bubble_h2,
 )
 from course_utils.pipeline.from_torch import from_torch
-from course_utils.pipeline.plot import plot_timeline, plot_timelines
+from course_utils.pipeline.modeled import cluster_bubble, crossover_ms, message_ms
+from course_utils.pipeline.plot import plot_step_sweep, plot_timeline, plot_timelines
 from course_utils.pipeline.simulate import plot_bubble_sweep
+from course_utils.runtime.cluster import Cluster, ClusterTimeline, Span
 
 pytestmark = pytest.mark.usefixtures("agg_backend")  # tests/conftest.py
 
@@ -236,3 +240,56 @@ def test_measured_costs_recover_the_costs_of_a_timeline():
     t = simulate(one_f_one_b(2, 4), costs)  # no W: B is the whole backward
     assert measured_costs(t, 2) == [Costs(1, 2.5, 0), Costs(1.5, 3.5, 0)]
     assert simulate(one_f_one_b(2, 4), measured_costs(t, 2)).makespan == t.makespan
+
+
+def test_replay_gives_back_the_simulation_it_replays_with_or_without_messages():
+    costs = [Costs(1, 2, 0.5), Costs(1.5, 2.5, 1)]
+    for schedule in (one_f_one_b(2, 4), zero_bubble_h1(2, 4), gpipe(2, 1)):
+        for comm in (0.0, 0.25):
+            run = simulate(schedule, [Costs(c.F, c.B, c.W, comm) for c in costs])
+            again = replay(schedule, run, comm)
+            assert again.events == run.events and again.makespan == run.makespan
+    # each action keeps its own duration: a slower first backward shifts what waits for it
+    run = simulate(one_f_one_b(2, 2), Costs(1, 2, 0))
+    slower = Timeline(
+        tuple(
+            Event(e.device, e.action, e.start, e.end + (1 if str(e.action) == "B(1,0)" else 0))
+            for e in run.events
+        ),
+        2,
+    )
+    assert replay(one_f_one_b(2, 2), slower).makespan == run.makespan + 1
+    with pytest.raises(ValueError, match=r"lacks F\(0,2\)"):
+        replay(one_f_one_b(2, 3), run)
+
+
+def test_crossover_is_where_the_replays_meet():
+    pair = one_f_one_b(2, 8), interleaved_1f1b(2, 8, 2)
+    runs = simulate(pair[0], Costs(1, 2, 0)), simulate(pair[1], Costs(1, 2, 0).per_chunk(2))
+    crossing = crossover_ms((pair[0], runs[0]), (pair[1], runs[1]))
+    assert crossing is not None and 0 < crossing < 100
+    for comm, faster in ((crossing * 0.9, True), (crossing * 1.1, False)):
+        gap = replay(pair[1], runs[1], comm).makespan - replay(pair[0], runs[0], comm).makespan
+        assert (gap < 0) == faster
+    assert crossover_ms((pair[1], runs[1]), (pair[0], runs[0])) is None  # 1F1B is never the faster one
+
+
+def test_message_time_and_a_cluster_timelines_bubble():
+    config = MLPConfig(width=1024, layers=2, batch=256)
+    ib = Cluster("h100", "infiniband")
+    assert message_ms(ib, config, 4) == pytest.approx((10e-6 + 64 * 1024 * 4 / 50e9) * 1e3, rel=1e-12)
+    spans = (
+        Span(0, "compute", "F(0,0)", 0, 30),
+        Span(1, "compute", "F(1,0)", 40, 100),
+        Span(0, "send to 1", "send", 30, 40),
+    )
+    assert cluster_bubble(ClusterTimeline(spans)) == pytest.approx(1 - 90 / 200)
+
+
+def test_step_sweep_plot_has_a_line_per_measure():
+    timelines = [
+        simulate(one_f_one_b(2, m) if m > 1 else gpipe(2, 1), Costs(1 / m, 2 / m, 0)) for m in (1, 2, 4)
+    ]
+    fig = plot_step_sweep([1, 2, 4], timelines, timelines, title="x")
+    assert len(fig.axes[0].lines) == 3
+    matplotlib.pyplot.close(fig)

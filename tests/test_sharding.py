@@ -200,3 +200,96 @@ def test_the_busiest_rank_sets_the_pace_not_the_total():
     assert busiest_rank_bytes(traffic) == 30 + 90  # per phase the larger of any rank's sent or received
     balanced = [{"ids": [0, 20]}, {"ids": [20, 0]}]
     assert busiest_rank_bytes(balanced) == 20  # = total / W when balanced
+
+
+# --- on a modeled cluster: the values on the meta device, real sizes priced in virtual time ---------
+
+
+def _modeled_steps(world, kinds=("table_wise", "row_wise", "column_wise")):
+    from course_utils import Cluster
+    from course_utils.workload import data
+
+    node, out = Cluster("h100", "nvlink"), {}
+    for kind in kinds:
+        options = {"split": "hash"} if kind == "row_wise" else {}
+        out[kind] = launch(
+            sharding.modeled_lookup_step, kind, options, data.CRITEO_KAGGLE_CARDINALITIES, 128, 8192,
+            world_size=world, cluster=node, timeout=120, show_output=False,
+        )  # fmt: skip
+    return out
+
+
+def test_modeled_steps_follow_the_busiest_rank_and_move_the_formulas_bytes():
+    runs = _modeled_steps(4)  # chapter 07's section 9 sizes (Criteo's tables at full size), on 4 ranks
+    step, busiest = {}, {}
+    for kind, ranks in runs.items():
+        assert len({r["step_ns"] for r in ranks}) == 1  # barrier to barrier: one step for all
+        traffic = [r["traffic"] for r in ranks]
+        expected = sharding.formula(kind, 8192, 26, 128, 4, routed=ranks[0]["routed"])
+        assert sharding.measured(traffic) == expected  # meta values, real counts
+        step[kind], busiest[kind] = ranks[0]["step_ns"], sharding.busiest_rank_bytes(traffic)
+        timeline = ranks[0]["timeline"]
+        assert timeline.makespan_ns == step[kind] and timeline.on(0, "collectives")
+    assert sorted(step, key=step.get) == sorted(busiest, key=busiest.get)
+    again = _modeled_steps(4, ("row_wise",))["row_wise"][0]["step_ns"]
+    assert again == step["row_wise"]  # virtual time: exact
+
+
+def test_meta_lookups_refuse_nothing_real_and_hold_no_numbers():
+    def build():
+        plan = sharding.make_plan("row_wise", [40_000_000, 10], 128, 2)
+        lookup = sharding.shard_embeddings(plan, device="meta")
+        return [tuple(w.shape) for w in lookup.weights], {w.device.type for w in lookup.weights}
+
+    shapes, devices = launch(build, world_size=2, timeout=60, show_output=False)[0]
+    assert shapes == [(20_000_000, 128), (5, 128)] and devices == {"meta"}
+
+
+# --- MLPerf's DLRM-DCNv2 (course_utils.sharding.mlperf) --------------------------------------------
+
+
+def test_mlperf_placement_covers_every_table_once_and_balances_lookups():
+    from course_utils.sharding import mlperf
+
+    dp = mlperf.data_parallel_tables()
+    pieces = mlperf.place_pieces(8)
+    assert all(mlperf.TABLE_ROWS[t] * 128 * 4 <= 0.008 * 2**30 for t in dp)
+    for t in set(range(26)) - set(dp):  # every other table cut into parts 0..k-1, on k ranks
+        parts = [p for p in pieces if p.table == t]
+        assert sorted(p.part for p in parts) == list(range(parts[0].parts)) and len(
+            {p.rank for p in parts}
+        ) == len(parts)
+    assert {p.table for p in pieces} | set(dp) == set(range(26))
+    load = [sum(mlperf.MULTI_HOT[p.table] / p.parts for p in pieces if p.rank == r) for r in range(8)]
+    share = sum(mlperf.MULTI_HOT[t] for t in set(range(26)) - set(dp)) / 8
+    assert max(load) < 1.25 * share < mlperf.MULTI_HOT[20]  # the 100-id table alone would be 4.5 shares
+
+
+def test_mlperf_published_step_and_dense_part():
+    from course_utils.sharding import mlperf
+
+    gaps = sorted(mlperf.PUBLISHED["train_gaps_ms"])
+    assert mlperf.published_step_seconds() == (gaps[7] + gaps[8]) / 2 / 1e3 / 3793
+    assert 4_195_197_692 * 0.05 // mlperf.GLOBAL_BATCH == mlperf.PUBLISHED["steps_between_evals"]
+    dense = mlperf.DCNv2Dense(device="meta")
+    out = dense(torch.empty(4, 13, device="meta"), torch.empty(4, 26, 128, device="meta"))
+    assert out.shape == (4,)
+    cross = sum(p.numel() for p in dense.cross.parameters())
+    assert cross == 3 * (3456 * 512 + 512 * 3456 + 3456)  # three rank-512 layers on 26 x 128 + 128 features
+
+
+def test_mlperf_step_is_exact_and_the_same_on_every_rank():
+    from course_utils import Cluster
+    from course_utils.sharding import mlperf
+
+    def step():
+        return mlperf.mlperf_step(world_batch=2048)
+
+    node = Cluster("h100", "nvlink")
+    first = launch(step, world_size=2, cluster=node, timeout=120, show_output=False)
+    again = launch(step, world_size=2, cluster=node, timeout=120, show_output=False)
+    assert len({r["step_ns"] for r in first + again}) == 1
+    pieces = mlperf.place_pieces(2)
+    for rank, r in enumerate(first):  # ids out: 8 bytes per id of this rank's 1,024 rows, to the other rank
+        other = [p for p in pieces if p.rank != rank]
+        assert sum(r["traffic"]["ids"]) == 8 * sum(p.ids(1024) for p in other)

@@ -115,6 +115,9 @@ def test_solution_numbers_have_a_source(solution):
     asked = exercises(chapter_of(solution))
     items = [(k, asked.get(k, ""), prose) for k, prose in sections(solution).items()]
     problems = unsourced(
-        items, spec, output_lines(chapter_of(solution)), f"solution_figures/{spec_path.name}"
+        items,
+        spec,
+        output_lines(chapter_of(solution)) + output_lines(solution),
+        f"solution_figures/{spec_path.name}",
     )
     assert not problems, "\n".join(f"exercise {p}" for p in problems)

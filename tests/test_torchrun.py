@@ -8,12 +8,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from course_utils.collectives import free_port
-from course_utils.runtime import runner
+from course_utils.runtime import process_tree, runner
 from course_utils.scripts import hello
 
 EXPECTED_SUM = [sum(r + 1 for r in range(4)) * k for k in range(1, 9)]  # rank r holds (r+1)*[1..8]
@@ -169,15 +170,15 @@ def test_port_in_use_names_the_problem():
 
 @pytest.fixture
 def stopped(monkeypatch):
-    """The launchers run_together starts, as it hands each to ``_kill_group`` (all of them, at the end)."""
+    """The launchers run_together starts, as it hands them to ``stop_tree`` (all of them, at the end)."""
     seen = []
-    kill_group = runner._kill_group
+    stop_tree = process_tree.stop_tree
 
-    def recording(proc):
-        seen.append(proc)
-        kill_group(proc)
+    def recording(procs, *args, **kwargs):
+        seen.extend(procs)
+        return stop_tree(procs, *args, **kwargs)
 
-    monkeypatch.setattr(runner, "_kill_group", recording)
+    monkeypatch.setattr(process_tree, "stop_tree", recording)
     return seen
 
 
@@ -189,7 +190,7 @@ def test_runner_stops_what_outlives_its_timeout(stopped):
     quick = [sys.executable, "-c", "pass"]
     with pytest.raises(runner.LauncherError, match=r"launcher\(s\) \[0\] of 2 were still running after 10 s"):
         runner.run_together([sleeper, quick], timeout=10)
-    assert [p.returncode for p in stopped] == [-signal.SIGKILL, 0]  # the sleeper stopped, quick done
+    assert [p.returncode for p in stopped] == [-signal.SIGTERM, 0]  # the sleeper asked to stop, quick done
 
 
 def test_runner_stops_the_partners_of_a_failed_launcher(stopped):
@@ -199,7 +200,20 @@ def test_runner_stops_the_partners_of_a_failed_launcher(stopped):
         runner.LauncherError, match=r"launcher 1 of 2 exited with code 1; the end of its stderr:\nboom"
     ):
         runner.run_together([sleeper, fails], timeout=120)
-    assert [p.returncode for p in stopped] == [-signal.SIGKILL, 1]  # its partner stopped, not waited for
+    assert [p.returncode for p in stopped] == [-signal.SIGTERM, 1]  # its partner stopped, not waited for
+
+
+def test_a_launcher_that_ignores_sigterm_is_killed_after_the_grace_period(stopped):
+    stubborn = [
+        sys.executable,
+        "-c",
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(600)",
+    ]
+    start = time.monotonic()
+    with pytest.raises(runner.LauncherError, match="still running after 3 s"):
+        runner.run_together([stubborn], timeout=3, grace=1)
+    assert stopped[0].returncode == -signal.SIGKILL and time.monotonic() - start < 30
 
 
 def test_bad_runner_arguments():

@@ -27,14 +27,17 @@ Modules: ``replicated`` (rank-0 save, load, the resumable sampler, the training 
 ``sharded`` (DCP save and load of a model that lists its pieces: ``ShardedModel``),
 ``app_state`` (``AppState``), ``position`` (``GlobalPositionSampler``), ``background``
 (blocking or asynchronous DCP saves, and the run that measures them), ``interval`` (how
-often to save: Young and Daly's interval), ``job`` (the production job's checkpoint: sharded
-state, progress, data position) and ``random_state`` (each rank's generators).
+often to save: Young and Daly's interval), ``folders`` (which ``step_<N>`` folders are complete,
+in order of ``N``), ``job`` (the production job's checkpoint: sharded state, progress, data
+position, all tensors), ``random_state`` (each rank's generators, as tensors) and ``safe_load``
+(loading a DCP folder as data, never as code).
 
 Taught in chapter 08.
 """
 
 from course_utils.checkpoint.app_state import AppState
-from course_utils.checkpoint.background import Checkpointer, latest_complete
+from course_utils.checkpoint.background import Checkpointer
+from course_utils.checkpoint.folders import checkpoints, latest_complete, step_of
 from course_utils.checkpoint.interval import young_daly_interval
 from course_utils.checkpoint.position import GlobalPositionSampler
 from course_utils.checkpoint.replicated import (
@@ -68,4 +71,6 @@ __all__ = [
     "GlobalPositionSampler",
     "Checkpointer",
     "latest_complete",
+    "checkpoints",
+    "step_of",
 ]

@@ -12,8 +12,10 @@ without a CPU backend: "A CPU backend must be enabled for async save").
 
 Each checkpoint goes into a folder of its own, ``step_000015``; DCP writes the folder's
 ``.metadata`` last (under a temporary name, then renamed), so a folder without it is an
-incomplete save and :func:`latest_complete` skips it. Only the last ``keep`` complete
-folders are kept.
+incomplete save and :func:`latest_complete` skips it. Folders are ordered by their step as a
+number (``step_1000000`` is newer than ``step_999999``, which a string sort gets wrong). Only
+the last ``keep`` complete folders are kept, and an incomplete one (a save that was interrupted)
+is deleted once a newer one is complete.
 
 :func:`train_big_table` is the run the chapter measures: data-parallel training of a model
 whose state (a 200,000 x 64 embedding table and its Adagrad sums) is over 100 MB,
@@ -34,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from course_utils.checkpoint.app_state import AppState
+from course_utils.checkpoint.folders import latest_complete, prunable
 from course_utils.checkpoint.position import GlobalPositionSampler
 from course_utils.runtime import compat
 from course_utils.runtime.hardware import rank_device
@@ -47,12 +50,6 @@ __all__ = [
     "average_sparse_gradient",
     "train_big_table",
 ]
-
-
-def latest_complete(folder: str | os.PathLike) -> Path | None:
-    """The ``step_*`` subfolder of ``folder`` with the highest step that has a ``.metadata``, or None."""
-    done = sorted(p for p in Path(folder).glob("step_*") if (p / ".metadata").exists())
-    return done[-1] if done else None
 
 
 def folder_bytes(folder: str | os.PathLike) -> int:
@@ -80,11 +77,12 @@ class Checkpointer:
         self.waited: list[float] = []  # per save: seconds spent waiting for the previous one
         self.stager = None  # async: the CPU copy of the state, reused from one save to the next
 
-    def save(self, state, step: int) -> float:
+    def save(self, state, step: int, on_complete=None) -> float:
         """Checkpoint ``state`` as of ``step``; returns the seconds the save call held the
         caller up: blocking, the whole ``dcp.save``; async, ``async_save`` until it returns.
         Before that, an async save waits for the previous one if it is still being written
-        (those seconds go to ``self.waited``)."""
+        (those seconds go to ``self.waited``). ``on_complete(step)`` is called once the save is
+        complete on this rank (async: in the writing thread, as soon as it is), never if it failed."""
         import torch.distributed.checkpoint as dcp
 
         start = time.perf_counter()
@@ -96,6 +94,8 @@ class Checkpointer:
         if self.mode == "blocking":
             dcp.save(state, checkpoint_id=path, process_group=self.group)
             self._prune()
+            if on_complete is not None:
+                on_complete(step)
         else:
             if self.stager is None:
                 self.stager = _reusable_stager()
@@ -103,6 +103,8 @@ class Checkpointer:
             response = dcp.async_save(state, checkpoint_id=path, process_group=self.group, **extra)
             # torch >= 2.9 may answer with an AsyncSaveResponse (staging and upload futures)
             self.pending = getattr(response, "upload_completion", response)
+            if on_complete is not None:
+                self.pending.add_done_callback(lambda f: f.exception() is None and on_complete(step))
         return time.perf_counter() - start
 
     def wait(self) -> None:
@@ -120,10 +122,11 @@ class Checkpointer:
             self.stager = None
 
     def _prune(self) -> None:
+        """Rank 0 deletes all but the last ``keep`` complete checkpoints, and every incomplete one
+        older than the newest complete one (a save that was interrupted: it will never complete)."""
         if dist.get_rank(self.group) != 0:
             return
-        done = sorted(p for p in self.folder.glob("step_*") if (p / ".metadata").exists())
-        for old in done[: -self.keep]:
+        for old in prunable(self.folder, self.keep):
             shutil.rmtree(old, ignore_errors=True)
 
 
@@ -210,6 +213,7 @@ def train_big_table(
     samples: int = 4096,
     bag: int = 8,
     seed: int = 0,
+    storage=None,
 ) -> dict:
     """Every rank calls this (default process group up): DDP training of :class:`BigTableModel`
     with Adagrad on ``samples`` synthetic clicks (``bag`` ids each), ``global_batch`` samples a
@@ -218,6 +222,8 @@ def train_big_table(
 
     ``resume``: start from :func:`latest_complete` (any world size). ``stop_after``: stop
     after that step (as if the job had been killed, once its last save was complete).
+    ``storage``: on a modeled cluster, the saves take that storage's time
+    (``modeled_io.ModeledCheckpointer``; "stalls" and "waited" are then modeled seconds).
     Returns ``{"weights" (rank 0's; {} on the others), "stalls" (seconds in the save call per
     checkpoint), "waited" (seconds waiting for the previous save first), "seen" (this rank's
     sample indices, in order), "started_at" (step resumed from), "checkpoint_bytes" (of the last one)}``.
@@ -244,14 +250,18 @@ def train_big_table(
     app = AppState(model, optimizer, sampler)
     group = dist.new_group(backend="gloo")  # DCP's own collectives, apart from the training's
     checkpointer = Checkpointer(folder, mode, group, keep=1)  # disk: only the last complete one
+    if storage is not None:
+        from course_utils.checkpoint.modeled_io import ModeledCheckpointer
+
+        checkpointer = ModeledCheckpointer(checkpointer, storage)
     started_at = 0
     if resume:
-        import torch.distributed.checkpoint as dcp
+        from course_utils.checkpoint import safe_load
 
         path = latest_complete(folder)
         if path is None:
             raise FileNotFoundError(f"no complete checkpoint (step_* with .metadata) in {folder}")
-        dcp.load({"app": app}, checkpoint_id=str(path), process_group=group)
+        safe_load.load({"app": app}, path, process_group=group)  # data only: no pickle is run
         started_at = app.step
 
     stalls, seen = [], []

@@ -1,17 +1,20 @@
 """A production job's checkpoint: sharded model and optimizer, progress, every rank's random state.
 
-One flat dict that ``dcp.save`` or ``dcp.async_save`` writes (``Checkpointer`` does either):
+One flat dict of tensors that ``dcp.save`` or ``dcp.async_save`` writes (``Checkpointer`` does
+either), and nothing else: no pickled value, so that loading it runs no code (``safe_load``):
 
 * ``model/<name>``, ``optim/<name>/<state>``: the sharded tables as DTensors, the replicated
   MLPs once (:func:`~course_utils.checkpoint.sharded.sharded_state_dict`);
-* ``progress/<name>``: ints the same on every rank (step, epoch);
+* ``progress/<name>``: ints the same on every rank (step, epoch), as 0-d tensors;
 * ``data/history``: the epoch's history, the layouts that worked on it so far, as
-  ``[(world_size, rows per rank per batch, batches)]`` (``workload.data.epoch_position``), in JSON;
-* ``rng/rank<R>``: rank ``R``'s random generators (``random_state``), one key per rank.
+  ``[(world_size, rows per rank per batch, batches)]`` (``workload.data.epoch_position``): JSON
+  text, as a ``uint8`` tensor of its bytes;
+* ``rng/rank<R>/...``: rank ``R``'s random generators (``random_state``), under its own keys.
 
 :func:`load_job` fills a model and an optimizer from such a folder, written by this number
 of ranks or another (DCP reshards the tables), restores this rank's random state when the
-checkpoint has one for it, and returns the progress.
+checkpoint has one for it, and returns the progress. It refuses a folder that holds any
+pickled value (``CheckpointRefused``, one line).
 
 Taught in chapter 08 (the production job, ``course_utils.scripts.train_hybrid``).
 """
@@ -24,42 +27,67 @@ import os
 import torch
 import torch.distributed as dist
 
-from course_utils.checkpoint import random_state
+from course_utils.checkpoint import random_state, safe_load
 from course_utils.checkpoint.sharded import load_sharded, sharded_state_dict
 
-__all__ = ["job_state", "load_job", "whole_state", "tensors_that_differ"]
+__all__ = ["job_state", "load_job", "refuse_pickles", "whole_state", "tensors_that_differ"]
 
 
 HISTORY = "data/history"
+
+
+def json_tensor(value) -> torch.Tensor:
+    """``value`` as JSON text in a ``uint8`` tensor of its bytes (``[length]``)."""
+    return torch.tensor(list(json.dumps(value).encode()), dtype=torch.uint8)
+
+
+def from_json_tensor(tensor: torch.Tensor):
+    """The value :func:`json_tensor` stored."""
+    return json.loads(bytes(tensor.tolist()).decode())
 
 
 def job_state(model, optimizer, progress: dict[str, int], history: list) -> dict:
     """What every rank passes to ``dcp.save``/``async_save``: see the module's docstring."""
     state = sharded_state_dict(model, optimizer)
     state.update({f"progress/{k}": torch.tensor(int(v)) for k, v in progress.items()})
-    state[HISTORY] = json.dumps([list(segment) for segment in history])
-    state[random_state.key_of(dist.get_rank())] = random_state.capture()
+    state[HISTORY] = json_tensor([list(segment) for segment in history])
+    prefix = random_state.key_of(dist.get_rank())
+    state.update({prefix + k: v for k, v in random_state.capture().items()})
     return state
+
+
+def refuse_pickles(path: str | os.PathLike) -> None:
+    """Raise ``CheckpointRefused`` if the checkpoint folder ``path`` holds any value that is not a
+    tensor: this job writes none, and loading one would unpickle it."""
+    pickled = safe_load.non_tensor_entries(path)
+    if pickled:
+        raise safe_load.CheckpointRefused(
+            f"{path} holds {len(pickled)} pickled value(s) ({', '.join(pickled[:3])}), which this job "
+            "never writes; loading them could run code, so the folder is not loaded: use a checkpoint "
+            "folder only you can write (or a new --checkpoint-dir)"
+        )
 
 
 def load_job(model, optimizer, path: str | os.PathLike, seed: int = 0) -> dict[str, int]:
     """Every rank calls this: weights, optimizer state and this rank's random state from the
     checkpoint folder ``path`` (a rank the checkpoint has no random state for, after a resize,
     is seeded with ``seed + rank``). Returns the saved progress, plus ``"history"`` (the epoch's
-    layouts, a list of tuples) and ``"rng_restored"`` (0 or 1)."""
-    import torch.distributed.checkpoint as dcp
-
+    layouts, a list of tuples) and ``"rng_restored"`` (0 or 1). Refuses a folder with pickled
+    values (``refuse_pickles``)."""
+    refuse_pickles(path)
     progress = load_sharded(model, optimizer, path)
-    key = random_state.key_of(dist.get_rank())
-    saved = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
-    state = {HISTORY: ""} | ({key: b""} if key in saved else {})
-    dcp.load(state, checkpoint_id=str(path))
-    if key in saved:
-        random_state.restore(state[key])
+    prefix = random_state.key_of(dist.get_rank())
+    saved = safe_load.read_metadata(path).state_dict_metadata
+    mine = [k for k in saved if k == HISTORY or k.startswith(prefix)]
+    state = {k: torch.empty(tuple(saved[k].size), dtype=saved[k].properties.dtype) for k in mine}
+    safe_load.load(state, path)
+    rng = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+    if rng:
+        random_state.restore(rng)
     else:
         random_state.seed_all(seed + dist.get_rank())
-    history = [tuple(segment) for segment in json.loads(state[HISTORY])]
-    return {**progress, "history": history, "rng_restored": int(key in saved)}
+    history = [tuple(segment) for segment in from_json_tensor(state[HISTORY])]
+    return {**progress, "history": history, "rng_restored": int(bool(rng))}
 
 
 def whole_state(path: str | os.PathLike) -> dict[str, torch.Tensor]:
@@ -67,9 +95,7 @@ def whole_state(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     reassembled from every rank's shards), read in one process with no process group."""
     import warnings
 
-    import torch.distributed.checkpoint as dcp
-
-    saved = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    saved = safe_load.read_metadata(path).state_dict_metadata
     state = {
         k: torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
         for k, meta in saved.items()
@@ -77,7 +103,7 @@ def whole_state(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     }
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
-        dcp.load(state, checkpoint_id=str(path))
+        safe_load.load(state, path)
     return state
 
 

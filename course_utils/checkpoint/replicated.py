@@ -42,11 +42,14 @@ def save_on_rank0(state: dict, path: str | os.PathLike) -> None:
     if dist.get_rank() == 0:
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())  # the bytes are on the disk before the name points at them
-        os.replace(tmp, path)  # atomic: the old checkpoint or the new one, never half of one
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())  # the bytes are on the disk before the name points at them
+            os.replace(tmp, path)  # atomic: the old checkpoint or the new one, never half of one
+        finally:
+            tmp.unlink(missing_ok=True)  # a failed write (a full disk) leaves no half file behind
         _fsync_folder(path.parent)  # ... and the new name is on the disk too
     dist.barrier()
 

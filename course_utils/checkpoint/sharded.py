@@ -81,9 +81,9 @@ def load_sharded(model, optimizer, path: str | os.PathLike) -> dict:
     """Every rank calls this: fill ``model``'s shards and MLPs and ``optimizer``'s state from a
     :func:`save_sharded` checkpoint, which may have been written by another number of ranks or
     another (DTensor-describable) plan. Returns the saved progress as ints."""
-    import torch.distributed.checkpoint as dcp
+    from course_utils.checkpoint import safe_load
 
-    saved = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    saved = safe_load.read_metadata(path).state_dict_metadata
     state, targets = {}, []
     for name, p, place in checkpoint_entries(model):
         place = place or (lambda t: t)
@@ -96,7 +96,7 @@ def load_sharded(model, optimizer, path: str | os.PathLike) -> dict:
             state[key] = blank if scalar else place(blank)
             targets.append((key, p, key.rsplit("/", 1)[1]))
     state.update({k: torch.tensor(0) for k in saved if k.startswith("progress/")})
-    dcp.load(state, checkpoint_id=str(path))
+    safe_load.load(state, path)  # reads data only: no pickle from the folder is run
     for key, p, slot in targets:
         value = state[key]
         value = value.to_local() if hasattr(value, "to_local") else value
@@ -111,10 +111,10 @@ def load_sharded(model, optimizer, path: str | os.PathLike) -> dict:
 def load_full_tables(path: str | os.PathLike, cardinalities, dim: int) -> list[torch.Tensor]:
     """The whole tables ``[N_t, dim]`` from a :func:`save_sharded` checkpoint, in one process
     (no process group needed): DCP reads every rank's pieces into full tensors."""
-    import torch.distributed.checkpoint as dcp
+    from course_utils.checkpoint import safe_load
 
     state = {f"model/embeddings.table{t}": torch.empty(n, dim) for t, n in enumerate(cardinalities)}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
-        dcp.load(state, checkpoint_id=str(path))
+        safe_load.load(state, path)
     return [state[f"model/embeddings.table{t}"] for t in range(len(cardinalities))]

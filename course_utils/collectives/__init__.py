@@ -4,8 +4,9 @@
 - ``ring``: ``plain_ring_all_reduce`` and the tuned ``ring_all_reduce`` from point-to-point
   messages, and their schedule;
 - ``runs``: every collective on a few ranks, before and after, as text and a figure;
-- ``bandwidth``: algorithm and bus bandwidth, timing all-reduces, the alpha-beta model;
-- ``wire_check``: each collective timed on a modeled wire, next to the model's prediction;
+- ``bandwidth``: algorithm and bus bandwidth, timing all-reduces (wall time, or virtual time
+  on a modeled cluster), the alpha-beta model and its fit;
+- ``published``: NCCL's published all-reduce bandwidths on GPU nodes, to hold the model against;
 - ``uneven``: all-to-all and all-gather when ranks hold different amounts (counts first);
 - ``streams``: what ``work.wait()`` orders on CPU and on CUDA, and timing with CUDA events;
 - ``flight_recorder``: each rank's recorded collectives, and where the ranks part ways.
@@ -13,7 +14,7 @@
 Taught in chapter 02 and its appendix 02a.
 """
 
-from course_utils.collectives import bandwidth, flight_recorder, runs, streams, uneven, wire_check
+from course_utils.collectives import bandwidth, flight_recorder, published, runs, streams, uneven
 from course_utils.collectives.groups import GroupInitError, init_group
 from course_utils.collectives.ring import (
     bytes_sent_per_rank,
@@ -26,7 +27,7 @@ from course_utils.runtime.ports import free_port
 __all__ = [
     "bandwidth",
     "runs",
-    "wire_check",
+    "published",
     "uneven",
     "streams",
     "flight_recorder",

@@ -8,7 +8,8 @@ part's device, the ``.cuda(n)`` / ``.to(device)`` idiom::
     y = part1(part0(x.to(dev0)).to(dev1))     # autograd moves gradients back
 
 Each device holds only its part's weights, but only one device works at a time
-(``course_utils.pipeline.vertical.timed_training_step`` measures it). Embedding
+(``course_utils.pipeline.vertical.split_step`` times it on modeled GPUs, the hop a message
+between them). Embedding
 tables are placed the same way, whole tables on different devices
 (``place_embedding_tables``, ``lookup_placed``). A split model trains data-parallel
 too: ``ddp_split_gradients`` wraps it in ``DistributedDataParallel(..., device_ids=None)``

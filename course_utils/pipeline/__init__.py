@@ -13,7 +13,9 @@ type), ``simulate`` (costs, simulator, formulas), ``plot``, ``trace`` (Chrome /
 Perfetto JSON), ``mlp`` (the model cut into stages), ``executor`` (one process's
 stages and program, one step at a time), ``runs`` (real processes started, their
 steps measured), ``torch_pipelining`` (the same through torch.distributed.pipelining),
-``vertical`` (chapter 05's vertical split, one step measured as a Timeline), ``recompute``
+``modeled`` (a step measured on a modeled cluster taken apart: message times, replays, the
+bubble of a cluster timeline), ``vertical`` (chapter 05's vertical split on ranks, one step
+measured as a Timeline), ``recompute``
 (activation recomputation measured on one stage), ``plain`` (1F1B written out by hand, the
 optimizer step after the flush), ``pipeline_dp`` (pipeline copies trained data parallel).
 
@@ -47,6 +49,7 @@ from course_utils.pipeline.simulate import (
     interleaved_bubble_ratio,
     measured_costs,
     repeat_steps,
+    replay,
     simulate,
     steady_state,
     zb_h1_bubble_time,
@@ -86,6 +89,7 @@ __all__ = [
     "steady_state",
     "SteadyState",
     "measured_costs",
+    "replay",
     "MLPConfig",
     "reference_step",
     "MeasuredRun",

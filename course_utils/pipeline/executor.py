@@ -37,10 +37,17 @@ program, one training step at a time. Starting the processes and measuring the
 steps is ``runs.run_schedule``. Tested on gloo (CPU); NCCL (one GPU per
 process) is chosen by ``launch`` when there are enough GPUs.
 
+On a modeled cluster (``launch(..., cluster=...)``) the clock is the rank's modeled GPU
+(``timing.now``), each action is a named region of its timeline (``F(0,3)``), and the
+stages may live on the ``meta`` device: real sizes priced, nothing computed (no loss, no
+gradients to report then).
+
 Taught in chapter 06's appendix 06a (section 2, the executor; section 3, measured timelines).
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.distributed as dist
@@ -50,6 +57,7 @@ from course_utils.pipeline.lowering import consumer_stage, lower
 from course_utils.pipeline.mlp import MLPConfig, loss_fn
 from course_utils.pipeline.schedules import ACTION_KINDS, Action, Schedule
 from course_utils.pipeline.validate import dependencies, execution_order
+from course_utils.runtime import cluster
 from course_utils.runtime.timing import CudaSpan, now, synchronize
 
 
@@ -94,7 +102,7 @@ class StageWorker:
         for h in hooks:
             h.remove()
         root = loss_fn(out, target) / self.m if self.is_last else out
-        if self.is_last:
+        if self.is_last and not root.is_meta:  # meta: shapes only, no value to read
             self.losses.append(root.item())
         self.saved[j] = (x, root, records)
         return None if self.is_last else out.detach()
@@ -188,6 +196,11 @@ def post(messages: list, inbox: dict, outbox: dict, schedule: Schedule, shape, d
     return list(zip(messages, works, [p.tensor for p in p2p], strict=False))
 
 
+def _named(action: Action):
+    """``cluster.region(str(action))`` on a modeled cluster, else nothing."""
+    return cluster.region(str(action)) if cluster.installed() is not None else contextlib.nullcontext()
+
+
 def run_step(program: list, workers: dict, schedule: Schedule, data: tuple, device: torch.device) -> tuple:
     """One training step: this rank's lowered ``program`` (recv / compute / send ops), its
     messages posted in batches (see ``batches``).
@@ -224,7 +237,8 @@ def run_step(program: list, workers: dict, schedule: Schedule, data: tuple, devi
         target = ys[a.microbatch].to(device) if last_f else None
         # end details
         span = CudaSpan(device, origin).start()  # on a GPU: events on the compute stream,
-        out = workers[a.stage].run(a, received, target)  # F, B or W of one stage, one micro-batch
+        with _named(a):  # on a modeled cluster: a span named F(n,j) on the rank's timeline
+            out = workers[a.stage].run(a, received, target)  # F, B or W of one stage, one micro-batch
         spans.append((a, span.end()))  # so waiting for a message is not billed to it
         # details: hand the output to the next stage: here (inbox), or to a later send op (outbox)
         nxt = consumer_stage(a)
@@ -243,29 +257,40 @@ class ScheduleRunner:
 
     def __init__(self, schedule: Schedule, config: MLPConfig, device: torch.device):
         s, rank = schedule, dist.get_rank()
-        modules = config.stages(s.num_stages)
+        modules = config.stages(s.num_stages, device)
         self.workers = {
             n: StageWorker(modules[n].to(device), n, s.num_stages, s.m, s.split_backward)
             for n in range(s.num_stages)
             if s.device_of(n) == rank
         }
-        self.schedule, self.device, self.steps = s, device, []
-        self.data, self.program = config.microbatches(s.m), lower(s)[rank]
+        self.schedule, self.device, self.steps, self.windows = s, torch.device(device), [], []
+        self.data, self.program = config.microbatches(s.m, device), lower(s)[rank]
 
     def step(self) -> None:
         for w in self.workers.values():
             w.module.zero_grad(set_to_none=True)
             w.losses.clear()
         dist.barrier()  # all ranks start the step together
+        start = cluster.modeled_ns() if cluster.installed() is not None else 0
         self.steps.append(run_step(self.program, self.workers, self.schedule, self.data, self.device))
+        if cluster.installed() is not None:  # the step's stretch of this rank's modeled timeline
+            self.windows.append((start, cluster.modeled_ns()))
 
     def result(self) -> dict:
-        """Per step its wall time (ms) and its [(action, start ms, end ms)]; the last stage's
-        micro-batch losses (each a share of the mean); the gradients by name."""
+        """Per step its time (ms) and its [(action, start ms, end ms)]; the last stage's
+        micro-batch losses (each a share of the mean); the gradients by name (none on meta).
+        On a modeled cluster also each step's ``(start ns, end ns)`` and the rank's timeline."""
         workers = self.workers.values()
         return {
             "times": [ms for _, ms in self.steps],
             "events": [events for events, _ in self.steps],
             "losses": [loss for w in workers for loss in w.losses],
-            "grads": {name: p.grad.cpu() for w in workers for name, p in w.module.named_parameters()},
+            "grads": {
+                name: p.grad.cpu()
+                for w in workers
+                for name, p in w.module.named_parameters()
+                if self.device.type != "meta"
+            },
+            "windows": self.windows,
+            "timeline": cluster.timeline() if cluster.installed() is not None else None,
         }

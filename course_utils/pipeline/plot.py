@@ -4,7 +4,8 @@ One colour per kind of action (F blue, B orange, W green; an interleaved
 device's later stages in lighter shades), ``F(n,m)`` written in a bar where it
 fits (else just m), idle time shaded grey with each device's idle share at the
 right, and under the chart the number of micro-batch activations each device
-holds over time. (The bubble-fraction sweep is ``simulate.plot_bubble_sweep``.)
+holds over time. (The bubble-fraction sweep is ``simulate.plot_bubble_sweep``; a measured step
+against the number of micro-batches, ``plot_step_sweep``.)
 
 Taught in chapter 06.
 """
@@ -148,4 +149,27 @@ def plot_timelines(timelines, activations: bool = False, labels: bool = True):
         draw_gantt(t, next(axes), xmax=xmax, labels=labels)
         if activations:
             draw_activations(t, next(axes), xmax=xmax)
+    return fig
+
+
+def plot_step_sweep(ms, timelines, replays=None, title: str = ""):
+    """The step (ms) against the number of micro-batches ``ms`` (one measured ``Timeline`` per m),
+    beside each device's busy time and, if given, the ``replays`` with free messages. Returns
+    the figure."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.2), dpi=DPI, layout="constrained")
+    ax.plot(ms, [t.makespan for t in timelines], "o-", label="step (measured)")
+    if replays is not None:
+        ax.plot(ms, [t.makespan for t in replays], "x--", label="step if messages were free (replay)")
+    busy = [max(t.busy(d) for d in range(t.num_devices)) for t in timelines]
+    ax.plot(ms, busy, "s:", label="busiest device's compute")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(ms), [str(m) for m in ms])
+    ax.set_xlabel("micro-batches m", fontsize=9)
+    ax.set_ylabel(f"time ({timelines[0].unit})", fontsize=9)
+    ax.set_ylim(bottom=0)
+    ax.tick_params(labelsize=8)
+    ax.legend(fontsize=8, frameon=False)
+    ax.set_title(title, fontsize=9)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
     return fig

@@ -25,7 +25,6 @@ Taught in chapter 06 (section 8, activation recomputation).
 from __future__ import annotations
 
 import statistics
-import time
 import weakref
 from dataclasses import dataclass
 
@@ -34,6 +33,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from course_utils.pipeline.mlp import MLPConfig
+from course_utils.runtime.timing import now
 
 __all__ = ["SavedActivations", "RecomputeRun", "stage_step", "measure_recompute"]
 
@@ -89,12 +89,12 @@ def stage_step(stage: nn.Module, xs, grads, recompute: bool) -> tuple[int, float
     Returns (peak saved bytes, forward seconds, backward seconds)."""
     xs = [x.detach().requires_grad_() for x in xs]  # a middle stage: its input needs a gradient
     with SavedActivations(exclude=stage.parameters()) as saved:
-        start = time.perf_counter()
+        start = now()
         outs = [checkpoint(stage, x, use_reentrant=True) if recompute else stage(x) for x in xs]
-        middle = time.perf_counter()
+        middle = now()
         for out, grad in zip(outs, grads, strict=True):
             out.backward(grad)
-        end = time.perf_counter()
+        end = now()
     return saved.peak, middle - start, end - middle
 
 

@@ -6,6 +6,12 @@ of each step (ms), the same type the simulator returns, plus the loss and gradie
 compare with one process. ``run_schedules`` runs several schedules on the same
 processes, a step of each in turn, so that they are compared on the same machine state.
 
+With ``cluster=`` the processes are ranks of a modeled GPU cluster: every time is its
+virtual time, exact and the same on every machine, and each step also comes as the
+cluster's own timeline (``PipelineRun.cluster_timeline``: compute spans named ``F(0,3)``,
+and each message on its ``send to`` / ``recv from`` lane). ``meta=True`` builds the stages
+and data on the ``meta`` device: real sizes priced, nothing computed (times only).
+
 Taught in chapter 06's appendix 06a (section 2, the executor; section 3, measured timelines).
 """
 
@@ -14,14 +20,15 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-import torch.distributed as dist
+import torch
 
 from course_utils.pipeline.executor import ScheduleRunner
 from course_utils.pipeline.mlp import MLPConfig
 from course_utils.pipeline.schedules import Schedule
 from course_utils.pipeline.timeline import Event, Timeline
 from course_utils.pipeline.validate import validate
-from course_utils.runtime.hardware import devices
+from course_utils.runtime.cluster import ClusterTimeline
+from course_utils.runtime.hardware import rank_device
 from course_utils.runtime.launcher import launch
 
 __all__ = [
@@ -45,29 +52,40 @@ def alternate(runners: list, steps: int) -> list[dict]:
     return [runner.result() for runner in runners]
 
 
-def pipeline_rank(schedules: list, config: MLPConfig, steps: int) -> list[dict]:
-    """What each process runs (under ``launch``): ``steps`` steps of each schedule, in turns."""
-    device = devices(schedules[0].p, quiet=True)[dist.get_rank()]
+def pipeline_rank(schedules: list, config: MLPConfig, steps: int, meta: bool = False) -> list[dict]:
+    """What each process runs (under ``launch``): ``steps`` steps of each schedule, in turns,
+    on this rank's device (its GPU under NCCL, else the CPU), or on ``meta``."""
+    device = torch.device("meta") if meta else rank_device()
     return alternate([ScheduleRunner(s, config, device) for s in schedules], steps)
 
 
 @dataclass
 class MeasuredRun:
-    """Wall times of the measured steps (ms, slowest rank), the loss, every gradient by name."""
+    """Times of the measured steps (ms, slowest rank; modeled on a cluster, else wall time), the
+    loss, every gradient by name and, on a modeled cluster, each step's ``ClusterTimeline``
+    (every rank's spans, messages included)."""
 
     step_times_ms: list
     loss: float
     grads: dict = field(repr=False)
+    cluster_timelines: list = field(default_factory=list, repr=False)
 
     @property
     def step_time_ms(self) -> float:
         """The median step time."""
         return statistics.median(self.step_times_ms)
 
+    @property
+    def cluster_timeline(self) -> ClusterTimeline:
+        """The modeled cluster's timeline of the last step (every step is the same there)."""
+        if not self.cluster_timelines:
+            raise ValueError("no cluster timeline: run the schedule with cluster=Cluster(...)")
+        return self.cluster_timelines[-1]
+
 
 @dataclass
 class PipelineRun(MeasuredRun):
-    """A measured run of the executor, with each step's ``Timeline`` (ms)."""
+    """A measured run of the executor, with each step's ``Timeline`` (ms) too."""
 
     timelines: list = field(default_factory=list, repr=False)
 
@@ -93,17 +111,29 @@ def check_runnable(schedule: Schedule, config: MLPConfig, steps: int, warmup: in
         raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
 
 
+def step_windows(results: list[dict], warmup: int) -> list[ClusterTimeline]:
+    """On a modeled cluster, each measured step's stretch of every rank's timeline: from the
+    step's start (the same on every rank after its barrier) to the last rank's end."""
+    if not results[0].get("windows"):
+        return []
+    merged = ClusterTimeline.merge([r["timeline"] for r in results])
+    return [
+        merged.window(min(r["windows"][k][0] for r in results), max(r["windows"][k][1] for r in results))
+        for k in range(warmup, len(results[0]["windows"]))
+    ]
+
+
 def collect(results: list[dict], warmup: int, schedule: Schedule | None = None) -> MeasuredRun:
     """Join the ranks' results of one run (``runner.result()``, warm-up steps dropped): each step's
     time (the slowest rank's), the loss (the sum of the micro-batches' shares) and the gradients by
-    name. With our executor's ``schedule``, a PipelineRun with each step's Timeline too; else (torch's
-    schedules) a MeasuredRun."""
+    name. With our executor's ``schedule``, a PipelineRun with each step's Timeline (and on a modeled
+    cluster its ClusterTimeline) too; else (torch's schedules) a MeasuredRun."""
     steps = range(warmup, len(results[0]["times"]))
     times = [max(r["times"][k] for r in results) for k in steps]
     loss = sum(loss for r in results for loss in r["losses"])
     grads = {name: g for r in results for name, g in r["grads"].items()}
     if schedule is None:
-        return MeasuredRun(times, loss, grads)
+        return MeasuredRun(times, loss, grads, cluster_timelines=step_windows(results, warmup))
     timelines = [
         Timeline(
             tuple(
@@ -118,7 +148,8 @@ def collect(results: list[dict], warmup: int, schedule: Schedule | None = None) 
         )
         for k in steps
     ]
-    return PipelineRun(times, loss, grads, timelines)
+    windows = step_windows(results, warmup)
+    return PipelineRun(times, loss, grads, cluster_timelines=windows, timelines=timelines)
 
 
 def run_schedules(
@@ -127,15 +158,18 @@ def run_schedules(
     steps: int = 3,
     warmup: int = 1,
     timeout: float = 120.0,
-    wire=None,
     cluster=None,
+    meta: bool = False,
 ) -> list[PipelineRun]:
     """Run several schedules for the same ``p`` on the same processes, a step of each in
     turn (a fair comparison on a shared machine): ``warmup`` untimed steps, then ``steps``
     measured ones each (the same batch, no optimizer step, so every step computes the same).
-    ``wire``: the messages travel on that modeled network (``launch(..., wire=...)``).
     ``cluster``: the processes run on that modeled cluster, and the times are its virtual time
-    (``launch(..., cluster=...)``): exact, the same on every machine."""
+    (``launch(..., cluster=...)``): exact, the same on every machine, so one step tells all.
+    ``meta``: the stages and data live on the ``meta`` device, priced at full size by the
+    cluster and never computed (needs ``cluster``; no loss or gradients then)."""
+    if meta and cluster is None:
+        raise ValueError("meta=True computes nothing, so only a modeled cluster can time it: pass cluster=")
     if len({s.p for s in schedules}) != 1:
         raise ValueError(f"schedules run together need the same p, got {[s.p for s in schedules]}")
     for s in schedules:
@@ -145,10 +179,10 @@ def run_schedules(
         schedules,
         config,
         warmup + steps,
+        meta,
         world_size=schedules[0].p,
         timeout=timeout,
         show_output=False,
-        wire=wire,
         cluster=cluster,
     )
     return [collect([r[i] for r in results], warmup, s) for i, s in enumerate(schedules)]
@@ -160,8 +194,8 @@ def run_schedule(
     steps: int = 3,
     warmup: int = 1,
     timeout: float = 120.0,
-    wire=None,
     cluster=None,
+    meta: bool = False,
 ) -> PipelineRun:
     """Run ``schedule`` on ``schedule.p`` processes (see ``run_schedules``)."""
-    return run_schedules([schedule], config, steps, warmup, timeout, wire, cluster)[0]
+    return run_schedules([schedule], config, steps, warmup, timeout, cluster, meta)[0]

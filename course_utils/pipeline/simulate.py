@@ -82,6 +82,25 @@ def simulate(schedule: Schedule, costs: Costs | Sequence[Costs] = Costs(), unit:
     return Timeline(tuple(events), s.p, name=s.name, unit=unit, meta={"v": s.v})
 
 
+def replay(schedule: Schedule, measured: Timeline, comm: float = 0.0) -> Timeline:
+    """``schedule`` simulated with each action's own duration in ``measured`` (a run of the same
+    schedule) and ``comm`` for every message between devices: what the measured step would be
+    if the only waits were the schedule's dependencies and the messages' time."""
+    s = validate(schedule)
+    duration = {e.action: e.duration for e in measured.events}
+    missing = [a for actions in s.devices for a in actions if a not in duration]
+    if missing:
+        raise ValueError(f"the measured timeline lacks {missing[0]}: replay a run of the same schedule")
+    free_at, end, events = [0.0] * s.p, {}, []
+    for d, action in execution_order(s)[0]:
+        deps = dependencies(action, s.num_stages, s.split_backward)
+        ready = max([end[dep] + (comm if s.device_of(dep.stage) != d else 0.0) for dep in deps], default=0.0)
+        start = max(free_at[d], ready)
+        end[action] = free_at[d] = start + duration[action]
+        events.append(Event(d, action, start, end[action]))
+    return Timeline(tuple(events), s.p, name=f"{s.name} (replayed)", unit=measured.unit, meta={"v": s.v})
+
+
 def measured_costs(timeline: Timeline, num_stages: int) -> list[Costs]:
     """Per stage, the median measured duration of its F, B and W actions (comm 0): to
     simulate a schedule with the costs a real run had. Without W actions, B is the

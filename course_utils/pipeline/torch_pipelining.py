@@ -10,14 +10,13 @@ unpipelined model's, and the hand-written executor's.
 
 ``compare_with_torch(schedule)`` runs our executor and torch's matching
 schedule in the same processes, a step of each in turn, so that both see the
-same machine.
+same machine; with ``cluster=`` both run on the modeled cluster, in its virtual
+time, and each step comes with the cluster's timeline (``MeasuredRun.cluster_timeline``).
 
 Taught in chapter 06's appendix 06a (section 6, the executor against torch.distributed.pipelining).
 """
 
 from __future__ import annotations
-
-import time
 
 import torch
 import torch.distributed as dist
@@ -28,9 +27,11 @@ from course_utils.pipeline.executor import ScheduleRunner
 from course_utils.pipeline.mlp import MLPConfig, loss_fn
 from course_utils.pipeline.runs import MeasuredRun, PipelineRun, alternate, check_runnable, collect
 from course_utils.pipeline.schedules import SCHEDULE_KINDS, Schedule, ScheduleKind
+from course_utils.runtime import cluster
 from course_utils.runtime.compat import fix_init_handshake, step_accepts_return_outputs
-from course_utils.runtime.hardware import devices
+from course_utils.runtime.hardware import rank_device
 from course_utils.runtime.launcher import launch
+from course_utils.runtime.timing import now
 
 # kind -> torch's schedule class, for the kinds torch has (from the one table, ``SCHEDULE_KINDS``)
 TORCH_SCHEDULES = {
@@ -72,7 +73,7 @@ class TorchRunner:
         self.holds_first, self.holds_last = rank == 0, rank == (num_stages - 1) % p
         x, y = config.data()
         self.x, self.y, self.device = x.to(device), y.to(device), device
-        self.times, self.losses = [], []
+        self.times, self.losses, self.windows = [], [], []
 
     def step(self) -> None:
         for module in self.mine:
@@ -81,11 +82,13 @@ class TorchRunner:
         args = (self.x,) if self.holds_first else ()
         kwargs = {"target": self.y, "losses": self.losses} if self.holds_last else {}
         dist.barrier()
-        start = time.perf_counter()
+        start, start_ns = now(), cluster.modeled_ns() if cluster.installed() is not None else 0
         self.schedule.step(*args, **self.options, **kwargs)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        self.times.append((time.perf_counter() - start) * 1e3)
+        self.times.append((now() - start) * 1e3)
+        if cluster.installed() is not None:  # the step's stretch of this rank's modeled timeline
+            self.windows.append((start_ns, cluster.modeled_ns()))
 
     def result(self) -> dict:
         """As ``ScheduleRunner.result`` (without events): each micro-batch loss / m, a share of the mean."""
@@ -93,6 +96,8 @@ class TorchRunner:
             "times": self.times,
             "losses": [loss.item() / len(self.losses) for loss in self.losses],
             "grads": {name: p.grad.cpu() for module in self.mine for name, p in module.named_parameters()},
+            "windows": self.windows,
+            "timeline": cluster.timeline() if cluster.installed() is not None else None,
         }
 
 
@@ -101,7 +106,7 @@ def torch_pipeline_rank(
 ) -> list[dict]:
     """What each process runs (under ``launch``): ``steps`` steps of torch's schedule
     ``kind``, alternating with our executor's ``schedule`` if one is given."""
-    device = devices(p, quiet=True)[dist.get_rank()]
+    device = rank_device()  # its GPU under NCCL, else (and on a modeled cluster) the CPU
     runners = [TorchRunner(kind, p, m, v, config, device)]
     if schedule is not None:
         runners.append(ScheduleRunner(schedule, config, device))
@@ -117,10 +122,11 @@ def run_torch_pipeline(
     steps: int = 3,
     warmup: int = 1,
     timeout: float = 120.0,
+    cluster=None,
 ) -> MeasuredRun:
     """Run torch's ``kind`` schedule on ``p`` processes: a ``ScheduleKind`` or its value, "gpipe",
     "1f1b" or "interleaved_1f1b" (with ``v`` stages per process); ``warmup`` untimed steps, then
-    ``steps`` timed."""
+    ``steps`` timed (on the modeled ``cluster``, if given)."""
     if kind not in TORCH_SCHEDULES:
         raise ValueError(f"unknown schedule {str(kind)!r}; choose one of {[str(k) for k in TORCH_SCHEDULES]}")
     kind = ScheduleKind(kind)
@@ -141,6 +147,7 @@ def run_torch_pipeline(
         world_size=p,
         timeout=timeout,
         show_output=False,
+        cluster=cluster,
     )
     return collect([r[0] for r in results], warmup)
 
@@ -151,9 +158,11 @@ def compare_with_torch(
     steps: int = 3,
     warmup: int = 1,
     timeout: float = 120.0,
+    cluster=None,
 ) -> tuple[PipelineRun, MeasuredRun]:
     """Our executor's ``schedule`` and torch's matching schedule class, a step of each in
-    turn on the same processes: (our PipelineRun, torch's MeasuredRun)."""
+    turn on the same processes (ranks of the modeled ``cluster``, if given): (our PipelineRun,
+    torch's MeasuredRun)."""
     if schedule.kind not in TORCH_SCHEDULES:
         raise ValueError(
             f"no torch schedule is compared with {schedule.name!r}; "
@@ -172,5 +181,6 @@ def compare_with_torch(
         world_size=schedule.p,
         timeout=timeout,
         show_output=False,
+        cluster=cluster,
     )
     return collect([r[1] for r in results], warmup, schedule), collect([r[0] for r in results], warmup)

@@ -3,6 +3,8 @@
 * ``launcher``: ``launch`` (a function on ``world_size`` ranks, from a notebook) and its errors;
 * ``runner`` (torchrun as a subprocess), ``elastic_run`` (an elastic job, ranks killed on
   purpose), ``slurm_local`` (SLURM's ``srun`` stood in for on one machine), ``ports``;
+* ``process_tree`` (stopping a launcher and everything it started), ``loopback`` (keeping a
+  one-machine job where no other machine can reach it);
 * ``hardware`` (devices, backends), ``nvml`` (GPU memory without initialising CUDA);
 * ``compat`` (every private or version-dependent torch API), ``checks`` (input checks),
   ``timing`` (wall time that waits for the device), ``examples`` (rank functions to launch).

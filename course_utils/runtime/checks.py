@@ -42,7 +42,7 @@ def check_ids(ids: torch.Tensor, cardinalities, *, name: str = "ids", bags: bool
         raise ValueError(f"{name} must be {shapes}, got shape {tuple(ids.shape)}")
     if ids.dtype != torch.int64:
         raise TypeError(f"{name} must be int64 ids, got {ids.dtype}; use {name}.long()")
-    if not ids.numel():
+    if not ids.numel() or ids.is_meta:  # a tensor on the meta device has shapes, no values to check
         return
     per_bag = ids.reshape(ids.shape[0], n_tables, -1)  # [B, T, L]
     low, high = per_bag.amin(dim=(0, 2)), per_bag.amax(dim=(0, 2))  # [T] each

@@ -3,8 +3,9 @@
 ``run_elastic`` starts one ``torchrun`` per node (``nnodes=2``: two launchers on
 localhost meeting through a c10d rendezvous on a free port; on a GPU machine each gets
 its own GPUs, or gloo, see ``runner.node_environments``), with a timeout; if a
-launcher fails or outlives it, every launcher is killed with its whole process group
-(the runner of chapter 02 does the process handling). ``timeline`` turns the ranks'
+launcher fails or outlives it, every launcher and every process it started is stopped
+(SIGTERM, a grace period, SIGKILL: the runner of chapter 02 does the process handling).
+The c10d rendezvous id is random, shown as ``RUN_ID``. ``timeline`` turns the ranks'
 event logs into a deterministic account, attempt by attempt; ``plot_restarts`` draws it.
 ``terminate_at_step`` sends the launchers SIGTERM mid-run, as a cluster does before a time limit.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,6 +79,7 @@ def run_elastic(
     module: str = "course_utils.scripts.elastic_train",
     out_flag: str = "--out",
     terminate_at_step: int | None = None,
+    stop_partners: bool = True,
 ) -> ElasticRun:
     """``torchrun [--standalone | --nnodes N --rdzv-backend c10d ...] --nproc-per-node P
     --max-restarts R -m MODULE OUT_FLAG OUT *script_args``, one per node. ``module``: a script
@@ -87,11 +90,12 @@ def run_elastic(
     (as SLURM does before a time limit); the launchers then exit with an error, which is expected
     (``ElasticRun.terminated``). Otherwise raises ``runner.LauncherError`` if a launcher fails
     (e.g. more failures than restarts) or is still running after ``timeout`` seconds; nothing is
-    left running either way.
+    left running either way. ``stop_partners=False``: a failed launcher does not end the others at
+    once (as on a cluster, where nobody does that for them): the error comes when all have ended.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port, run_id = free_port(), uuid.uuid4().hex  # the id names the rendezvous in the store: random
     commands = []
     for own in runner.node_environments(nnodes, nproc_per_node):
         env = ["env", *(f"{k}={v}" for k, v in {**SHARED_STORE_FIX, **own}.items())]
@@ -106,7 +110,7 @@ def run_elastic(
                 "--rdzv-endpoint",
                 f"127.0.0.1:{port}",
                 "--rdzv-id",
-                "course-job",
+                run_id,
             ]
         )
         commands.append(
@@ -138,7 +142,10 @@ def run_elastic(
 
     try:
         outputs, _ = runner.run_together(
-            commands, timeout, watch=None if terminate_at_step is None else terminate_when_due
+            commands,
+            timeout,
+            watch=None if terminate_at_step is None else terminate_when_due,
+            stop_partners=stop_partners,
         )
         stderr = [e for _, e in outputs]
     except runner.LauncherError as error:
@@ -151,6 +158,7 @@ def run_elastic(
         .replace(launcher, "torchrun")
         .replace(str(out), "OUT")
         .replace(str(port), "PORT")
+        .replace(run_id, "RUN_ID")
         .replace("env ", "")
         for c in commands
     ]
@@ -184,7 +192,12 @@ def timeline(events: list[dict]) -> list[str]:
         if saved:
             lines.append(f"  rank 0 saved checkpoints at steps {saved}")
         for e in mine:
-            if e["event"] == "killed" and e.get("what", "rank") == "node":
+            if e["event"] == "killed" and e.get("what") == "rendezvous-host":
+                lines.append(
+                    f"  before step {e['step']}: the node whose torchrun hosted the rendezvous store lost "
+                    "its torchrun and its rank (SIGKILL)"
+                )
+            elif e["event"] == "killed" and e.get("what", "rank") == "node":
                 lines.append(
                     f"  rank {e['rank']} killed its torchrun agent, then itself, with SIGKILL before "
                     f"step {e['step']}: its whole node was gone"

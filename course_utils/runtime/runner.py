@@ -5,8 +5,15 @@ as a subprocess, one per "node" (``nnodes=2`` gives two launchers on localhost
 forming one world), gives every rank a folder for its report (``--out``), and
 returns the reports in global-rank order. ``spawn_and_wait`` is
 ``torch.multiprocessing.spawn`` with a timeout. Whatever happens, nothing is
-left running: a launcher that fails or outlives ``timeout`` is killed with its
-whole process group, and its partners with it.
+left running: a launcher that fails or outlives ``timeout``, its partners, and every
+process they started (torchrun's workers run in sessions of their own, so killing a
+launcher's process group would miss them) get SIGTERM, a grace period, then SIGKILL
+(``process_tree.stop_tree``), on a timeout, a failed partner or Ctrl-C alike.
+
+The launchers run on this one machine, so gloo's and NCCL's sockets are put on the loopback
+interface (``loopback.loopback_environment``) and each c10d rendezvous gets a random id.
+torchrun's own rendezvous store still listens on every interface: torch has no option to
+confine it (``runtime/loopback.py``).
 
 Taught in chapter 02 (section 7, torchrun; appendix 02a, section 4, the other launchers);
 chapters 04 and 08 run their scripts with it.
@@ -17,12 +24,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import site
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +37,7 @@ from pathlib import Path
 import torch.multiprocessing as mp
 
 import course_utils
-from course_utils.runtime import hardware
+from course_utils.runtime import hardware, loopback, process_tree
 from course_utils.runtime.launcher.output import engine_line
 from course_utils.runtime.ports import free_port
 
@@ -111,8 +118,9 @@ def _rendezvous(kind: str, port: int) -> list[str]:
         return ["--standalone"]  # one node: a c10d rendezvous on a free local port
     if kind == "static":
         return ["--master-addr", "127.0.0.1", "--master-port", str(port)]
-    if kind == "c10d":
-        return ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "course"]
+    if kind == "c10d":  # a random id: the store holds the rendezvous under it (and unpickles it)
+        run_id = uuid.uuid4().hex
+        return ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id]
     raise ValueError(f"rendezvous must be 'standalone', 'static' or 'c10d', got {kind!r}")
 
 
@@ -140,6 +148,7 @@ def run_torchrun(
         raise ValueError("--standalone is for one node; for nnodes > 1 use rendezvous='static' or 'c10d'")
     port = free_port() if port is None else port
     node_env = node_environments(nnodes, nproc_per_node)
+    meeting = _rendezvous(rendezvous, port)  # the same for every node
     with tempfile.TemporaryDirectory(prefix="course_run_") as out:
         commands = []
         for node in range(nnodes):
@@ -150,7 +159,7 @@ def run_torchrun(
                     "--nproc-per-node",
                     str(nproc_per_node),
                     *nodes,
-                    *_rendezvous(rendezvous, port),
+                    *meeting,
                     "-m",
                     module,
                     "--out",
@@ -172,6 +181,7 @@ def run_torchrun(
             )
             .replace(out, "OUT")
             .replace(str(port), "PORT")
+            .replace(meeting[-1], "RUN_ID" if rendezvous == "c10d" else meeting[-1])
             for c, extra in zip(commands, node_env, strict=False)
         ]
     return LauncherRun(
@@ -184,14 +194,29 @@ def run_together(
     timeout: float,
     extra_env: Sequence[dict] | None = None,
     watch: Callable[[list[subprocess.Popen]], None] | None = None,
+    grace: float = 5.0,
+    stop_partners: bool = True,
 ) -> tuple[list[tuple[str, str]], list[int]]:
-    """Start every command at once, each in its own process group; all finish or all are killed.
+    """Start every command at once; all finish, or all are stopped with everything they started.
 
     ``extra_env``: variables to add for each command (one dict per command), e.g. its GPUs.
     ``watch``: called with the running processes every 50 ms while they run (to signal them).
+    ``stop_partners=False``: a launcher that fails does not stop the others; each runs until it
+    ends or the timeout (to see what the survivors of a lost node do).
+    On a failure, a timeout or an exception (Ctrl-C), every launcher still running gets SIGTERM
+    and ``grace`` seconds to end, then SIGKILL, with every process it started
+    (``process_tree.stop_tree``); whatever of theirs outlived a launcher that ended is stopped too.
     """
     # PYTHON_COLORS=0: plain tracebacks (Jupyter sets FORCE_COLOR; Python 3.13 then adds ANSI codes)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHON_COLORS": "0", **_pythonpath()}
+    mark = process_tree.new_mark()  # inherited by every process the launchers start
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHON_COLORS": "0",
+        **_pythonpath(),
+        **loopback.loopback_environment(),
+        **mark,
+    }
     procs, files = [], []
     try:
         for cmd, extra in zip(commands, extra_env or [{}] * len(commands), strict=False):
@@ -203,15 +228,14 @@ def run_together(
         deadline = time.monotonic() + timeout
         while any(p.poll() is None for p in procs):
             failed = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
-            if failed or time.monotonic() > deadline:
+            if (failed and stop_partners) or time.monotonic() > deadline:
                 break
             if watch is not None:
                 watch(procs)
             time.sleep(0.05)
         running = [i for i, p in enumerate(procs) if p.poll() is None]
     finally:
-        for p in procs:
-            _kill_group(p)
+        process_tree.stop_tree(procs, mark, grace=grace)
     outputs = []
     for out, err in files:
         out.seek(0), err.seek(0)
@@ -250,16 +274,6 @@ def _pythonpath() -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the launcher's whole process group (its ranks too), then reap it."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait()
-
-
 def _hint(stderr: str) -> str:
     if "EADDRINUSE" in stderr or "ddress already in use" in stderr:
         return " because its rendezvous port is already in use (choose another port, or --standalone)"
@@ -293,7 +307,8 @@ def spawn_and_wait(fn, args: tuple, nprocs: int, timeout: float = 120.0) -> None
     process ``i``; ``fn`` must be importable (a module-level function, not one defined
     in a notebook cell). A process that raises makes this raise (mp.spawn's
     ``ProcessRaisedException``, with that process's traceback); one that is still
-    running after ``timeout`` makes it raise ``LauncherError``; either way none survives.
+    running after ``timeout`` makes it raise ``LauncherError``; either way none survives, nor
+    anything it started (``process_tree.stop_processes``).
     """
     context = mp.spawn(fn, args=args, nprocs=nprocs, join=False)
     deadline = time.monotonic() + timeout
@@ -306,7 +321,6 @@ def spawn_and_wait(fn, args: tuple, nprocs: int, timeout: float = 120.0) -> None
                     f"{timeout:g} s and were stopped"
                 )
     finally:
+        process_tree.stop_processes([p.pid for p in context.processes if p.is_alive()])
         for proc in context.processes:
-            if proc.is_alive():
-                proc.kill()
             proc.join()

@@ -7,7 +7,7 @@ stand-ins first on ``PATH`` (``scontrol show hostnames`` prints ``127.0.0.1`` on
 "node"; ``srun`` starts its command once per "node" with ``SLURM_NODEID`` / ``SLURM_PROCID``
 set, fails if any copy fails, and with ``--kill-on-bad-exit=1`` ends the other copies as soon
 as one fails) and runs the script with ``bash``, with a timeout,
-through the chapter 02 runner (the whole process group is killed on failure). As SLURM
+through the chapter 02 runner (on a failure, everything it started is stopped). As SLURM
 gives each node its own GPUs, the ``srun`` stand-in gives each "node" its own slice of
 this machine's, or gloo where there are too few (``runner.node_environments``).
 
@@ -142,6 +142,7 @@ def run_sbatch_locally(
             "SLURM_NNODES": str(nodes),
             "SLURM_JOB_NODELIST": f"localhost[1-{nodes}]",
             "SLURM_JOB_ID": "4242",
+            "SLURM_CPUS_PER_TASK": str(os.cpu_count() or 1),
             "MASTER_PORT": str(free_port()),
             "PATH": os.pathsep.join([shims, str(Path(sys.executable).parent), os.environ["PATH"]]),
             **(env or {}),

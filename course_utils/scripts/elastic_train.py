@@ -150,4 +150,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run_without_interpreter_shutdown(main)  # why: rank_exit's docstring
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    # record: torchrun's summary names a rank's error; run_without_...: why in rank_exit's docstring
+    run_without_interpreter_shutdown(record(main))

@@ -136,6 +136,68 @@ def _sharding(world: int, quick: bool) -> list[str]:
     return ["## 4. Embedding all-to-all by sharding scheme (chapter 07)", "", *lines, ""]
 
 
+def preset_for(gpu_name: str) -> str:
+    """The device preset closest to a GPU's name ("NVIDIA H100 80GB HBM3" -> "h100"); "h100" when
+    none matches (the report says which it used)."""
+    from course_utils.runtime.cluster import DEVICES
+
+    lowered = gpu_name.lower()
+    return next((key for key in DEVICES if key in lowered), "h100")
+
+
+def dlrm_step(device, quick: bool):
+    """One training step of the course's DLRM on ``device`` (a fresh batch each call is not needed:
+    the same batch, so every step runs the same kernels)."""
+    from course_utils.workload.data import criteo_cardinalities
+    from course_utils.workload.models import DLRMConfig
+
+    config = DLRMConfig(
+        criteo_cardinalities(1 / 1000 if quick else 1 / 100),
+        embedding_dim=16 if quick else 64,
+        bottom_mlp=(64,) if quick else (512, 256),
+        top_mlp=(64, 32) if quick else (1024, 1024, 512, 256),
+    )
+    model = config.build(seed=0).to(device)
+    batch = 256 if quick else 4096
+    g = torch.Generator().manual_seed(0)
+    dense = torch.randn(batch, config.n_dense, generator=g).to(device)
+    sparse = torch.stack([torch.randint(0, c, (batch,), generator=g) for c in config.cardinalities], 1).to(
+        device
+    )
+    labels = torch.randint(0, 2, (batch,), generator=g).float().to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.binary_cross_entropy_with_logits(model(dense, sparse), labels).backward()
+        opt.step()
+
+    return step, config
+
+
+def _roofline(quick: bool) -> list[str]:
+    """The roofline's price of each operator of the DLRM step beside its measured kernels."""
+    from course_utils.runtime.cluster import DEVICES, Cluster
+    from course_utils.runtime.cluster.compare import compare_step, comparison_table
+    from course_utils.runtime.hardware import gpu_names
+
+    title = ["## 5. The roofline against this GPU's kernels (the modeled cluster, chapter 02)", ""]
+    names = gpu_names()
+    if not names or not torch.cuda.is_available():
+        return title + ["No GPU here: this section needs one (it measures kernels on it).", ""]
+    preset = preset_for(names[0])
+    step, config = dlrm_step(torch.device("cuda", 0), quick)
+    rows = compare_step(step, Cluster(preset, "nvlink"))
+    lines = [
+        f"The course's DLRM ({config.n_tables} tables, D={config.embedding_dim}, top MLP {config.top_mlp}), "
+        f"one Adam step, on {names[0]}, against the roofline of the `{preset}` preset "
+        f"({DEVICES[preset].name}); measured: each operator's kernels (torch.profiler, device time).",
+        "",
+        *comparison_table(rows),
+    ]
+    return title + lines + [""]
+
+
 def build_report(out: Path, ranks: int | None = None, quick: bool = False) -> Path:
     """Run the four measurements and write ``out/report.md`` and its PNGs; returns the report's path."""
     import matplotlib
@@ -166,7 +228,7 @@ def build_report(out: Path, ranks: int | None = None, quick: bool = False) -> Pa
         "",
     ]
     sections = _bandwidth(world, quick, out) + _ddp(world, quick, out) + _pipeline(quick, out)
-    sections += _sharding(world, quick)
+    sections += _sharding(world, quick) + _roofline(quick)
     path = out / "report.md"
     path.write_text("\n".join(header + sections) + "\n")
     return path

@@ -15,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["log_event", "attempt_number", "torchrun_agent"]
+__all__ = ["log_event", "read_log", "attempt_number", "torchrun_agent", "hosts_rendezvous"]
 
 
 def log_event(out: Path, **event) -> None:
@@ -23,6 +23,20 @@ def log_event(out: Path, **event) -> None:
     event["time"] = time.time()
     with open(out / f"events-rank{event['rank']}.jsonl", "a") as f:
         f.write(json.dumps(event) + "\n")
+
+
+def read_log(out: Path, rank: int) -> list[dict]:
+    """Rank ``rank``'s events so far (a line still being written is left out)."""
+    path = out / f"events-rank{rank}.jsonl"
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return events
 
 
 def attempt_number(out: Path, rank: int) -> int:
@@ -52,3 +66,36 @@ def torchrun_agent() -> int:
             "(Linux) or use --kill-what rank"
         )
     return parent
+
+
+def hosts_rendezvous(agent: int) -> bool:
+    """Whether the torchrun agent ``agent`` hosts the job's c10d rendezvous store: it listens on the
+    port of its ``--rdzv-endpoint`` (read from its command line; Linux's ``/proc``). Of the stand-in
+    nodes on one machine, whichever agent bound the port first hosts it."""
+    argv = Path(f"/proc/{agent}/cmdline").read_bytes().decode().split("\0")
+    endpoint = next(
+        (
+            argv[i + 1] if a in ("--rdzv-endpoint", "--rdzv_endpoint") else a.split("=", 1)[1]
+            for i, a in enumerate(argv)
+            if a in ("--rdzv-endpoint", "--rdzv_endpoint")
+            or a.startswith(("--rdzv-endpoint=", "--rdzv_endpoint="))
+        ),
+        None,
+    )
+    if endpoint is None or "--standalone" in argv:
+        return True  # one node: its agent hosts the store
+    port = int(endpoint.rsplit(":", 1)[1])
+    sockets = set()
+    for fd in Path(f"/proc/{agent}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            sockets.add(target[8:-1])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()  # local address, state (0A: LISTEN), inode
+            if fields[3] == "0A" and fields[9] in sockets and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                return True
+    return False

@@ -12,15 +12,25 @@ Every rank:
   ``--data``, rank 0 first writes a seeded synthetic data set into ``DIR/data``;
 * every ``--checkpoint-every`` steps starts an asynchronous DCP save into ``DIR/step_<N>``
   (``checkpoint.Checkpointer``): the sharded tables, the MLPs, Adam's state, the step, the data
-  position and every rank's random state (``checkpoint.job``);
-* at start-up resumes from the latest complete checkpoint, if any, written by this number of ranks
-  or another: DCP reshards the tables; the data position is the step of the epoch, so a resized job
-  continues the epoch (with the new layout's rows, not the old one's);
+  position and every rank's random state, all as tensors (``checkpoint.job``);
+* at start-up resumes from the newest complete checkpoint (ordered by step), if any, written by
+  this number of ranks or another, and rank 0 says where it resumed from: DCP reshards the tables;
+  the data position is the step of the epoch, so a resized job continues the epoch (with the new
+  layout's rows, not the old one's). An incomplete checkpoint (its save was interrupted) is
+  skipped, said so, and deleted once a newer one is complete. A folder holding pickled values is
+  refused (loading it could run code: ``checkpoint.safe_load``);
 * on SIGTERM (what SLURM sends before a time limit or a preemption, and what torchrun passes on to
-  its workers when it is itself told to stop), finishes its step; the ranks agree on the last step
-  through the all-reduce that averages the loss (each adds its stop flag), write a final checkpoint,
-  and exit. torchrun gives them ``--shutdown-timeout`` seconds (30 by default) before SIGKILL;
-* appends what it does to ``DIR/events-rank<R>.jsonl`` (``job_events``).
+  its workers when it is itself told to stop), on SIGINT (Ctrl-C: torchrun passes that on too) and
+  when its torchrun agent is gone (killed with SIGKILL), finishes its step; the ranks agree on the
+  last step through the all-reduce that averages the loss (each adds its stop flag), write a final
+  checkpoint, and exit. torchrun gives them 30 s before SIGKILL (torch >= 2.12:
+  ``--shutdown-timeout``);
+* appends what it does to ``DIR/events-rank<R>.jsonl`` (``job_events``): a checkpoint when its
+  save begins (``saving``) and when it is complete (``checkpoint``).
+
+Bad input (arguments, no torchrun, data, checkpoint folder) is found before any rank trains and
+said in one line, once, with exit code 2 (``job_checks``); ``main`` runs under torch's ``@record``,
+so that torchrun's summary names the error.
 
 Rank 0 prints ``step <N> loss <mean over ranks>`` every ``--log-every`` steps and, at the end,
 ``auc <value>`` (the test AUC over every rank's predictions, ``global_auc``) and then
@@ -30,7 +40,9 @@ the number of ranks).
 To show a failure, rank ``--kill-rank`` kills itself with SIGKILL just before step
 ``--kill-at-step``, on the first attempt only, once the checkpoints started before that step are
 complete on disk (so where the job resumes from does not depend on timing); with
-``--kill-what node`` it kills its torchrun agent first, as when a machine loses power.
+``--kill-what node`` it kills its torchrun agent first, as when a machine loses power; with
+``--kill-what rendezvous-host``, every rank whose agent hosts the c10d rendezvous store does so
+(whatever ``--kill-rank``), as when the first node of a job is lost.
 
 Devices: NCCL with one GPU per rank where each local rank has one, gloo otherwise
 (``COURSE_BACKEND=gloo`` forces gloo; ``COURSE_WIRE`` puts the modelled interconnect under it).
@@ -40,24 +52,30 @@ Taught in chapter 08.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
-import time
 from pathlib import Path
 
+from course_utils.scripts import job_checks
+from course_utils.scripts.job_control import StopFlag, kills_itself, wait_until_logged, where_to_resume
 from course_utils.scripts.job_events import attempt_number, log_event, torchrun_agent
 from course_utils.scripts.rank_exit import run_without_interpreter_shutdown
 
 SYNTHETIC_ROW_GROUPS = 24  # a multiple of 1, 2, 3, 4, 6, 8 and 12 ranks
 
 
-def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse(argv: list[str] | None = None):
+    """The job's arguments; a bad one raises ``job_checks.JobInputError`` (one line)."""
+    parser = job_checks.OneLineParser(prog="train_hybrid", description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=80, help="train until this many steps in all")
     parser.add_argument("--batch-size", type=int, default=512, help="rows per step over ALL ranks")
     parser.add_argument("--sharding", choices=["table_wise", "row_wise", "column_wise"], default="row_wise")
-    parser.add_argument("--data", type=Path, help="training parquet file (write_parquet); default: synthetic")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help="training parquet file (write_parquet; a Criteo TSV: convert it with "
+        "python -m course_utils.workload.data from-criteo); default: synthetic",
+    )
     parser.add_argument("--test-data", type=Path, help="test parquet file (needed with --data)")
     parser.add_argument("--synthetic-rows", type=int, default=65_536, help="training rows when no --data")
     parser.add_argument("--checkpoint-dir", type=Path, required=True, help="checkpoints, events, data")
@@ -69,16 +87,23 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kill-at-step", type=int, default=-1, help="... just before this step")
     parser.add_argument(
         "--kill-what",
-        choices=["rank", "node"],
+        choices=["rank", "node", "rendezvous-host"],
         default="rank",
-        help="node: the rank kills its torchrun agent first, as when a whole machine dies",
+        help="node: the rank kills its torchrun agent first, as when a whole machine dies; "
+        "rendezvous-host: the ranks whose agent hosts the c10d rendezvous store do",
     )
     args = parser.parse_args(argv)
     if args.data is not None and args.test_data is None:
         parser.error("--data needs --test-data too (a parquet file of held-out rows)")
-    for name in ("steps", "batch_size", "checkpoint_every", "synthetic_rows", "log_every"):
+    for name in ("steps", "batch_size", "checkpoint_every", "log_every"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.synthetic_rows < 4 * SYNTHETIC_ROW_GROUPS:  # the test set is a quarter, in as many row groups
+        parser.error(
+            f"--synthetic-rows must be at least {4 * SYNTHETIC_ROW_GROUPS}, got {args.synthetic_rows}"
+        )
+    if not args.lr > 0:
+        parser.error(f"--lr must be a positive learning rate, got {args.lr}")
     return args
 
 
@@ -102,36 +127,12 @@ def synthetic_data(folder: Path, rows: int, seed: int) -> tuple[Path, Path]:
     return train, test
 
 
-class StopFlag:
-    """Set by SIGTERM; the training loop reads it once a step. ``signal.signal`` needs the main thread."""
-
-    def __init__(self):
-        self.requested = False
-        signal.signal(signal.SIGTERM, self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        self.requested = True
-
-
-def wait_until_complete(folder: Path, step: int, timeout: float = 60.0) -> None:
-    """Block until the checkpoint of ``step`` (if one was started) has its ``.metadata``."""
-    from course_utils.checkpoint import latest_complete
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done = latest_complete(folder)
-        if done is not None and int(done.name.split("_")[1]) >= step:
-            return
-        time.sleep(0.02)
-    raise TimeoutError(f"the checkpoint of step {step} was not complete in {folder} after {timeout:g} s")
-
-
-def train(args: argparse.Namespace) -> dict:
+def train(args, stop: StopFlag) -> dict:
     """The job, in every rank (default process group up). Returns ``{"step", "auc", "sha256"}``."""
     import torch
     import torch.distributed as dist
 
-    from course_utils.checkpoint import Checkpointer, job, latest_complete, random_state
+    from course_utils.checkpoint import Checkpointer, job, random_state
     from course_utils.runtime.hardware import rank_device
     from course_utils.sharding.gathered import state_sha256
     from course_utils.sharding.hybrid import HybridDLRM, predict_own_rows
@@ -141,12 +142,6 @@ def train(args: argparse.Namespace) -> dict:
     from course_utils.workload.train import make_optimizer, train_step
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    if args.batch_size % world:
-        raise ValueError(
-            f"--batch-size {args.batch_size} (rows per step over all ranks) cannot be split equally over "
-            f"{world} ranks; use a multiple of {world}"
-        )
-    stop = StopFlag()
     out = args.checkpoint_dir
     attempt = attempt_number(out, rank)
     train_path, test_path = (
@@ -154,20 +149,24 @@ def train(args: argparse.Namespace) -> dict:
         if args.data is not None
         else synthetic_data(out / "data", args.synthetic_rows, args.seed)
     )
+    config = DLRMConfig(cardinalities=data.parquet_info(train_path)["cardinalities"])
+    if args.data is None:  # the data exists now: the checkpoints must be of this job
+        job_checks.check_checkpoint_matches(out, config.cardinalities, config.embedding_dim)
     loader = data.ParquetBatches(train_path, args.batch_size // world, rank, world, seed=args.seed)
     test = data.read_parquet(test_path, rank, world)  # this rank's row groups of the test set
     random_state.seed_all(args.seed + rank)
-    config = DLRMConfig(cardinalities=data.parquet_info(train_path)["cardinalities"])
     model = HybridDLRM(config, args.sharding, seed=args.seed)
     optimizer = make_optimizer(model, "adam", args.lr)
     checkpointer = Checkpointer(out, "async", group=dist.new_group(backend="gloo"), keep=2)
 
     # steps in all; the epoch, the layouts that worked on it before this one, and this one's batches
     step, epoch, history, done = 0, 0, [], 0
-    resume_from = latest_complete(out)
+    resume_from = where_to_resume(out, rank)
     if resume_from is not None:
         progress = job.load_job(model, optimizer, resume_from, seed=args.seed)
         step, epoch, history = progress["step"], progress["epoch"], progress["history"]
+        if rank == 0:
+            print(f"resumed at step {step} from {resume_from}", flush=True)
     this_layout = (world, args.batch_size // world)
     log_event(
         out,
@@ -178,14 +177,18 @@ def train(args: argparse.Namespace) -> dict:
         world_size=world,
         restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
         node=os.environ.get("GROUP_RANK"),
+        folder=resume_from.name if resume_from else None,
     )
+
+    def complete(saved_step: int) -> None:  # in DCP's writing thread, once the save is on disk
+        log_event(out, attempt=attempt, rank=rank, event="checkpoint", step=saved_step)
 
     def save() -> None:
         position = history + [(*this_layout, done)] if done else history
         state = job.job_state(model, optimizer, {"step": step, "epoch": epoch}, position)
-        checkpointer.save(state, step)
         if rank == 0:
-            log_event(out, attempt=attempt, rank=rank, event="checkpoint", step=step)
+            log_event(out, attempt=attempt, rank=rank, event="saving", step=step)
+        checkpointer.save(state, step, on_complete=complete if rank == 0 else None)
 
     device, stopped, last_saved = rank_device(), False, None  # last_saved: this attempt's latest save
     while step < args.steps and not stopped:
@@ -194,11 +197,11 @@ def train(args: argparse.Namespace) -> dict:
             epoch, history, done = epoch + 1, [], 0
             continue
         for batch in loader:
-            if attempt == 0 and rank == args.kill_rank and step + 1 == args.kill_at_step:
+            if attempt == 0 and step + 1 == args.kill_at_step and kills_itself(args, rank):
                 if last_saved is not None:
-                    wait_until_complete(out, last_saved)
+                    wait_until_logged(out, last_saved)
                 log_event(out, attempt=attempt, rank=rank, event="killed", step=step + 1, what=args.kill_what)
-                if args.kill_what == "node":
+                if args.kill_what != "rank":
                     os.kill(torchrun_agent(), signal.SIGKILL)
                 os.kill(os.getpid(), signal.SIGKILL)
             loss = train_step(model, optimizer, batch)
@@ -219,9 +222,10 @@ def train(args: argparse.Namespace) -> dict:
             epoch, history, done = epoch + 1, [], 0
     checkpointer.close()  # the last save is complete on disk before anyone reports or exits
     if stopped:
-        log_event(out, attempt=attempt, rank=rank, event="stopped", step=step)
+        log_event(out, attempt=attempt, rank=rank, event="stopped", step=step, why=stop.why)
         if rank == 0:
-            print(f"stopped by SIGTERM after step {step}; checkpoint {out.name}/step_{step:06d}", flush=True)
+            why = stop.why or "another rank's stop request"
+            print(f"stopped by {why} after step {step}; checkpoint {out.name}/step_{step:06d}", flush=True)
         return {"step": step, "auc": None, "sha256": None}
     test_auc = distributed_auc(test.label, predict_own_rows(model, test))
     digest = state_sha256(model)
@@ -232,9 +236,31 @@ def train(args: argparse.Namespace) -> dict:
     return {"step": step, "auc": test_auc, "sha256": digest}
 
 
+def check_inputs(args) -> None:
+    """Everything that can be checked before the process group starts (``job_checks``)."""
+    from course_utils.workload.models import DLRMConfig
+
+    world = job_checks.world_size_from_launcher()
+    job_checks.check_batch(args, world)
+    job_checks.check_checkpoint_dir(args.checkpoint_dir)
+    given = job_checks.check_data(args, world)
+    if given is not None:
+        train_info, _ = given
+        dim = DLRMConfig(train_info["cardinalities"]).embedding_dim
+        job_checks.check_checkpoint_matches(args.checkpoint_dir, train_info["cardinalities"], dim)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point under torchrun: rank, world size and meeting place come from the environment."""
-    args = parse(argv)
+    """Entry point under torchrun: rank, world size and meeting place come from the environment.
+    Bad input: one line from rank 0, exit code 2 on every rank (``job_checks``)."""
+    stop = StopFlag()  # first: a Ctrl-C or SIGTERM during start-up is a stop request too
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        args = parse(argv)
+        check_inputs(args)
+    except job_checks.JobInputError as error:
+        job_checks.report(error, rank)
+        raise SystemExit(job_checks.EXIT_CODE) from None
     import torch.distributed as dist
 
     from course_utils.runtime import wire
@@ -243,10 +269,15 @@ def main(argv: list[str] | None = None) -> None:
     args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     dist.init_process_group(wire.backend_from_env(group_backend(torchrun_rank_backend())))
     try:
-        train(args)
+        train(args, stop)
+    except job_checks.JobInputError as error:  # found once the data was there: every rank finds it
+        job_checks.report(error, rank)
+        raise SystemExit(job_checks.EXIT_CODE) from None
     finally:
         dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    run_without_interpreter_shutdown(main)
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    run_without_interpreter_shutdown(record(main))  # record: torchrun's summary names the error

@@ -10,7 +10,8 @@ all-to-all), ``table_wise`` / ``row_wise`` / ``column_wise`` (the lookups), ``lo
 (``shard_embeddings``: the lookup for a plan),
 ``volume`` (bytes per step: formula and measurement), ``budget`` (a memory budget
 per rank, enforced), ``plot`` (the all-to-all pattern as a picture), ``runs``
-(step times of a lookup), ``hybrid`` (the hybrid-parallel DLRM: sharded tables, DDP dense part).
+(step times of a lookup, on a modeled cluster), ``hybrid`` (the hybrid-parallel DLRM: sharded tables,
+DDP dense part), ``mlperf`` (MLPerf's DLRM-DCNv2 on a modeled 8-GPU node, against a published step).
 ``torchrec_dlrm``, ``torchrec_train`` and ``torchrec_checkpoint`` build, train and checkpoint the same
 DLRM with TorchRec (appendix 07a); TorchRec is optional, so they are imported by name, not here.
 
@@ -34,7 +35,7 @@ from course_utils.sharding.plan import (
 )
 from course_utils.sharding.plot import draw_pattern
 from course_utils.sharding.row_wise import RowWiseEmbeddingBags, route
-from course_utils.sharding.runs import time_lookup_steps
+from course_utils.sharding.runs import modeled_lookup_step, time_lookup_steps
 from course_utils.sharding.table_wise import TableWiseEmbeddingBags
 from course_utils.sharding.volume import busiest_rank_bytes, formula, measured, routed_ids
 
@@ -66,4 +67,5 @@ __all__ = [
     "BudgetExceededError",
     "draw_pattern",
     "time_lookup_steps",
+    "modeled_lookup_step",
 ]

@@ -51,11 +51,21 @@ class ShardedEmbeddingBags(nn.Module):
         rank ever needs a whole table.
     budget: a :class:`~course_utils.sharding.budget.MemoryBudget`, checked before
         anything is allocated (``extra_values``: other parameters this rank holds).
+    device: where the values live (weights, pooled vectors): this rank's device by default, or
+        ``"meta"`` to price real sizes on a modeled cluster without holding them (the ids stay
+        real, on this rank's device, so that row-wise routing still reads them).
     Must be built inside a process group whose size is the plan's ``world_size``.
     """
 
     def __init__(
-        self, plan: ShardingPlan, weights=None, *, seed: int = 0, budget=None, extra_values: int = 0
+        self,
+        plan: ShardingPlan,
+        weights=None,
+        *,
+        seed: int = 0,
+        budget=None,
+        extra_values: int = 0,
+        device=None,
     ):
         super().__init__()
         if not dist.is_initialized():
@@ -72,7 +82,8 @@ class ShardedEmbeddingBags(nn.Module):
         self.plan, self.shards = plan, plan.shards_of(self.rank)
         if budget is not None:  # every rank checks every rank: all refuse together, none waits for the others
             budget.check(plan, extra_values=extra_values)
-        self.device = device = rank_device()
+        self.index_device = rank_device()  # the ids'
+        self.device = device = self.index_device if device is None else torch.device(device)
         tables = None if weights is None else full_tables(weights)
         if tables is not None and [tuple(w.shape) for w in tables] != [
             (n, plan.dim) for n in plan.cardinalities
@@ -89,6 +100,8 @@ class ShardedEmbeddingBags(nn.Module):
 
     @torch.no_grad()
     def _initial(self, shard: Shard, tables, seed: int) -> torch.Tensor:
+        if self.device.type == "meta":
+            return torch.empty(shard.num_rows, shard.num_cols, device="meta")
         if tables is not None:
             return shard.of(tables[shard.table].detach()).clone().cpu()
         gen = torch.Generator().manual_seed(seed * 1_000_003 + shard.table * 1_009 + shard.rank)
@@ -98,7 +111,7 @@ class ShardedEmbeddingBags(nn.Module):
     def _bags(self, ids: torch.Tensor) -> torch.Tensor:
         """Check ``ids`` and return them as ``[B, T, L]`` int64 on this rank's device."""
         check_ids(ids, self.plan.cardinalities, bags=True)
-        return (ids.unsqueeze(-1) if ids.dim() == 2 else ids).to(self.device)
+        return (ids.unsqueeze(-1) if ids.dim() == 2 else ids).to(self.index_device)
 
     def shard_gradients(self) -> list:
         """``[(shard, grad)]`` for this rank's shards (grad None before a backward pass)."""

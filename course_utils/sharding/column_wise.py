@@ -36,7 +36,7 @@ class ColumnWiseEmbeddingBags(ShardedEmbeddingBags):
         every_batch = torch.cat(got)  # [W * B, T, L]
         pooled = torch.stack(
             [
-                F.embedding_bag(every_batch[:, t], w, mode="sum")  # 2. look up
+                F.embedding_bag(every_batch[:, t].to(w.device), w, mode="sum")  # 2. look up
                 for t, w in enumerate(self.weights)
             ],
             dim=1,

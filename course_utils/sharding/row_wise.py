@@ -32,15 +32,13 @@ __all__ = ["RowWiseEmbeddingBags", "route"]
 
 def route(plan: ShardingPlan, bags: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Owner rank and row within the owner's shard of every id: ``bags [B, T, L]`` ->
-    two ``[B, T, L]`` int64 tensors."""
-    owner, local = torch.empty_like(bags), torch.empty_like(bags)
-    for t in range(plan.n_tables):
-        owner[:, t] = plan.owner_of_row(t, bags[:, t])
-        if plan.row_split == "hash":
-            local[:, t] = bags[:, t] // plan.world_size
-        else:
-            local[:, t] = bags[:, t] - owner[:, t] * -(-plan.cardinalities[t] // plan.world_size)
-    return owner, local
+    two ``[B, T, L]`` int64 tensors (all tables at once)."""
+    W = plan.world_size
+    if plan.row_split == "hash":
+        return bags % W, bags // W
+    block = torch.tensor([-(-n // W) for n in plan.cardinalities], device=bags.device).view(1, -1, 1)
+    owner = bags // block
+    return owner, bags - owner * block
 
 
 class RowWiseEmbeddingBags(ShardedEmbeddingBags):
@@ -64,10 +62,14 @@ class RowWiseEmbeddingBags(ShardedEmbeddingBags):
         source = torch.cat([torch.full((n,), s, device=bags.device) for s, n in enumerate(n_in)])
         got = torch.cat(got)
         slot, rows = source * T * B + got[:, 0], got[:, 1]  # where each sum goes
-        partial = torch.zeros(W * T * B, D, device=bags.device)
-        for t, w in enumerate(self.weights):  # 3. (shard t = table t)
-            mine = got[:, 0] // B == t
-            partial = partial.index_add(0, slot[mine], F.embedding(rows[mine], w))
+        table = got[:, 0] // B  # 3. grouped by table (shard t = table t), in arrival order
+        by_table = table.argsort(stable=True)
+        per_table = rows[by_table].split(torch.bincount(table, minlength=T).tolist())
+        vectors = torch.cat(
+            [F.embedding(r.to(w.device), w) for r, w in zip(per_table, self.weights, strict=True)]
+        )
+        partial = torch.zeros(W * T * B, D, device=self.device)
+        partial = partial.index_add(0, slot[by_table].to(self.device), vectors)
         back = exchange(
             list(partial.view(W, T, B, D).unbind(0)), [(T, B, D)] * W, "embeddings", self.traffic
         )  # 4.

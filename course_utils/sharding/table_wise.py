@@ -40,12 +40,14 @@ class TableWiseEmbeddingBags(ShardedEmbeddingBags):
         every_batch = torch.cat(got)  # [W * B, T_mine, L]
         if len(self.weights):  # 2. look up
             pooled = torch.stack(
-                [F.embedding_bag(every_batch[:, j], w, mode="sum") for j, w in enumerate(self.weights)], dim=1
+                [
+                    F.embedding_bag(every_batch[:, j].to(w.device), w, mode="sum")
+                    for j, w in enumerate(self.weights)
+                ],
+                dim=1,
             )
         else:  # no table here: nothing to send, but backward's reverse all-to-all needs this rank too
-            pooled = every_batch.new_zeros((W * B, 0, D), dtype=torch.float32).requires_grad_(
-                torch.is_grad_enabled()
-            )
+            pooled = torch.zeros((W * B, 0, D), device=self.device).requires_grad_(torch.is_grad_enabled())
         back = exchange(
             list(pooled.split(B)),  # 3. pooled embeddings back
             [(B, len(owned[s]), D) for s in range(W)],
@@ -54,4 +56,5 @@ class TableWiseEmbeddingBags(ShardedEmbeddingBags):
         )
         order = [t for s in range(W) for t in owned[s]]  # table of each column of cat(back)
         where = torch.tensor(order).argsort()
-        return torch.cat(back, dim=1)[:, where.to(bags.device)]
+        out = torch.cat(back, dim=1)
+        return out[:, where.to(out.device)]

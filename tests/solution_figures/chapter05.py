@@ -60,6 +60,15 @@ CHAPTER = [200_000, 50_000, 120_000, 30_000, 80_000, 10_000]
 TWICE = [200_000, 100_000, 200_000, 100_000]
 
 FIGURES = {
+    1: {
+        "74.5": InChapter("idle share per GPU"),  # noqa: F821  the solution's modeled 4-GPU step
+        "79.7": InChapter("idle share per GPU"),  # noqa: F821
+        "76.8": InChapter("idle share per GPU"),  # noqa: F821
+        "75": Computed(lambda: 100 * 3 / 4),  # noqa: F821  (p-1)/p for p = 4, in %
+        "2.1": Computed(lambda: 512 * 1024 * 4 / 1e6),  # noqa: F821  one [512, 1024] float32 activation, MB
+        "0.2107": InChapter("busy per GPU"),  # noqa: F821
+        "0.1679": InChapter("busy per GPU"),  # noqa: F821
+    },
     2: {
         "820": Computed(lambda: _crossover([4, 4], 0)),  # noqa: F821 (injected by figure_sources)
         "821": Computed(lambda: int(_crossover([4, 4], 0)) + 1),  # noqa: F821

@@ -13,5 +13,4 @@ def _row_wise_embedding_growth():
 
 FIGURES = {
     3: {"72": Computed(_row_wise_embedding_growth)},  # noqa: F821 (provided when the spec is executed)
-    5: {"50": InChapter("1 ms, 50 MB/s")},  # noqa: F821  section 9's wire, 50 MB/s per rank
 }

@@ -25,6 +25,9 @@ whatever GPUs this machine has), or in a torchrun script with ``COURSE_CLUSTER=h
   lane of its own (an asynchronous checkpoint's write), joined later with ``.wait()``;
 * ``charged()``: operators, FLOPs and bytes priced so far.
 
+Without ranks, ``with timed_on(Cluster("h100", "nvlink")) as run: step()`` times what a block
+runs in this process on one modeled GPU (``run.seconds``, exact), and stops charging after it.
+
 A model on the ``meta`` device runs at real sizes without real compute: its operators are priced
 from their shapes and its collectives move nothing (only their times are exchanged).
 
@@ -66,6 +69,7 @@ __all__ = [
     "spend",
     "in_background",
     "charged",
+    "timed_on",
 ]
 
 BACKEND = "cluster"
@@ -209,10 +213,16 @@ def region(name: str):
         state.clock.regions.pop()
 
 
-def charged() -> dict:
-    """``{"ops", "flops", "bytes"}`` this rank's clock has priced so far."""
+def charged(by_op: bool = False) -> dict:
+    """``{"ops", "flops", "bytes"}`` this rank's clock has priced so far; ``by_op=True`` adds
+    ``"by_op"``: ``{"aten::addmm": {"calls", "ns", "flops", "bytes"}, ...}``."""
     clock = _require().clock
-    return {"ops": clock.ops, "flops": clock.flops, "bytes": clock.bytes}
+    with clock.lock:
+        totals = {"ops": clock.ops, "flops": clock.flops, "bytes": clock.bytes}
+        if by_op:
+            keys = ("calls", "ns", "flops", "bytes")
+            totals["by_op"] = {op: dict(zip(keys, tally, strict=True)) for op, tally in clock.by_op.items()}
+    return totals
 
 
 def spend(seconds: float, name: str) -> None:
@@ -259,3 +269,32 @@ def in_background(seconds: float, name: str, lane: str = "storage") -> Backgroun
         clock.lanes_free[lane] = start + ns
     clock.record_communication(lane, str(name), start, start + ns)
     return Background(start, start + ns)
+
+
+class Timed:
+    """What ``timed_on`` measured: ``ns`` (whole nanoseconds), ``seconds``, and ``ops``, ``flops``,
+    ``bytes`` priced."""
+
+    ns = ops = flops = bytes = 0
+
+    @property
+    def seconds(self) -> float:
+        return self.ns / 1e9
+
+
+@contextlib.contextmanager
+def timed_on(cluster: Cluster):
+    """Time the block in this process as one GPU of ``cluster``, no other ranks: every operator it
+    runs (for real) is priced; afterwards nothing is charged any more. Yields a ``Timed``, filled
+    in when the block ends."""
+    if _STATE is not None:
+        raise RuntimeError("timed_on: this process is already a rank of a modeled cluster; use modeled_ns()")
+    install(cluster)
+    result = Timed()
+    try:
+        yield result
+    finally:
+        spent = charged()
+        result.ns = _require().clock.now
+        result.ops, result.flops, result.bytes = spent["ops"], spent["flops"], spent["bytes"]
+        uninstall()

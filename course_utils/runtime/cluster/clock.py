@@ -98,12 +98,18 @@ class RankClock:
         self.lanes_free: dict[str, int] = {}  # background lanes (``in_background``): when each is free
         self.phase = {"forward": 0, "optimizer": 0}
         self.ops = self.flops = self.bytes = 0
+        self.by_op: dict[str, list[int]] = {}  # "aten::addmm" -> [calls, ns, flops, bytes]
         speed = cluster.compute_speed_during_communication
         self._slow = (1 / speed - 1) if speed < 1 else 0.0
 
     # -- who is charging --------------------------------------------------------------------------
     def on_rank_thread(self) -> bool:
         return threading.get_ident() == self.thread and getattr(self.local, "account", None) is None
+
+    def charges_this_thread(self) -> bool:
+        """Whether operators run on this thread are charged: the rank's own thread, or a callback
+        running on its account (gloo's workers inherit the dispatch mode, and are not charged)."""
+        return threading.get_ident() == self.thread or getattr(self.local, "account", None) is not None
 
     def current(self) -> int:
         """The time on this thread's clock: a callback's account, else the compute stream."""
@@ -161,6 +167,11 @@ class RankClock:
             self.ops += 1
             self.flops += cost.flops
             self.bytes += cost.bytes
+            tally = self.by_op.setdefault(getattr(cost, "op", ""), [0, 0, 0, 0])
+            tally[0] += 1
+            tally[1] += cost.ns
+            tally[2] += cost.flops
+            tally[3] += cost.bytes
             if account is not None:
                 start = account.now
                 account.now += cost.ns

@@ -209,16 +209,17 @@ class ModeledGroup(dist.ProcessGroup):
 
     # -- collectives -----------------------------------------------------------------------------
     def _collective(
-        self, op: str, nbytes: float, result: list, issue, part_bytes: float = 0.0
+        self, op: str, nbytes: float, result: list, issue, part_bytes: float = 0.0, inputs=()
     ) -> ModeledWork:
-        """Issue ``issue()`` (the gloo call) and time it as ``op`` of ``nbytes`` on the network."""
+        """Issue ``issue()`` (the gloo call) and time it as ``op`` of ``nbytes`` on the network;
+        on meta tensors (``result`` or ``inputs``) only the time is exchanged."""
         with self.clock.suspend():
             alpha, beta = self.cluster.network.link(self.global_ranks)
             ns = round(collective_seconds(op, nbytes, self.size(), alpha, beta, part_bytes) * 1e9)
             stamps = torch.tensor([self.clock.current(), ns], dtype=torch.int64)
             with self.lock:  # the stamps and the data go out in the same order on every thread
                 stamp_work = self.stamps.allreduce([stamps], _MAX)
-                data_work = None if _on_meta(result) else issue()
+                data_work = None if _on_meta([*result, *inputs]) else issue()
                 comm = Collective(self, f"{op} {_size(nbytes)}", stamp_work, stamps, data_work)
                 self.pending.append(comm)
             self.clock.tag(result, comm)
@@ -257,7 +258,11 @@ class ModeledGroup(dist.ProcessGroup):
     def allgather(self, output_lists, inputs, opts):
         outputs = [t for out in output_lists for t in out]
         return self._collective(
-            "all_gather", _nbytes(outputs), outputs, lambda: self.inner.allgather(output_lists, inputs, opts)
+            "all_gather",
+            _nbytes(outputs),
+            outputs,
+            lambda: self.inner.allgather(output_lists, inputs, opts),
+            inputs=inputs,
         )
 
     def _allgather_base(self, output, input, opts):
@@ -266,6 +271,7 @@ class ModeledGroup(dist.ProcessGroup):
             _nbytes([output]),
             [output],
             lambda: compat.backend_all_gather_into_tensor(self.inner, output, input, opts),
+            inputs=[input],
         )
 
     def reduce_scatter(self, outputs, input_lists, opts):
@@ -275,6 +281,7 @@ class ModeledGroup(dist.ProcessGroup):
             _nbytes(inputs),
             outputs,
             lambda: self.inner.reduce_scatter(outputs, input_lists, opts),
+            inputs=inputs,
         )
 
     def _reduce_scatter_base(self, output, input, opts):
@@ -283,6 +290,7 @@ class ModeledGroup(dist.ProcessGroup):
             _nbytes([input]),
             [output],
             lambda: compat.backend_reduce_scatter_tensor(self.inner, output, input, opts),
+            inputs=[input],
         )
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
@@ -296,6 +304,7 @@ class ModeledGroup(dist.ProcessGroup):
             max(sent, received),
             [output],
             lambda: self.inner.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts),
+            inputs=[input],
         )
 
     def alltoall(self, outputs, inputs, opts):
@@ -303,18 +312,33 @@ class ModeledGroup(dist.ProcessGroup):
         sent = _nbytes([t for j, t in enumerate(inputs) if j != me])
         received = _nbytes([t for j, t in enumerate(outputs) if j != me])
         return self._collective(
-            "all_to_all", max(sent, received), outputs, lambda: self.inner.alltoall(outputs, inputs, opts)
+            "all_to_all",
+            max(sent, received),
+            outputs,
+            lambda: self.inner.alltoall(outputs, inputs, opts),
+            inputs=inputs,
         )
 
     def gather(self, output_lists, inputs, opts):
         outputs = [t for out in output_lists for t in out]
         return self._collective(
-            "gather", 0, outputs, lambda: self.inner.gather(output_lists, inputs, opts), _nbytes(inputs)
+            "gather",
+            0,
+            outputs,
+            lambda: self.inner.gather(output_lists, inputs, opts),
+            _nbytes(inputs),
+            inputs,
         )
 
     def scatter(self, outputs, input_lists, opts):
+        inputs = [t for ins in input_lists for t in ins]
         return self._collective(
-            "scatter", 0, outputs, lambda: self.inner.scatter(outputs, input_lists, opts), _nbytes(outputs)
+            "scatter",
+            0,
+            outputs,
+            lambda: self.inner.scatter(outputs, input_lists, opts),
+            _nbytes(outputs),
+            inputs,
         )
 
     def barrier(self, opts=None):

@@ -10,8 +10,11 @@ optimizer's, DDP's reducer copying gradients into its buckets and dividing them.
 3. charges its roofline cost (``roofline.op_cost``) to the rank's clock.
 
 Inside the process group's own methods the clock is ``suspended``: their bookkeeping is free,
-and the group prices the communication itself. Tensor subclasses (DTensor) are left to
-dispatch themselves first (``NotImplemented``); the plain operators they run come back here.
+and the group prices the communication itself. Only the rank's own thread, and a callback's
+account, are charged: gloo's worker threads inherit the mode with the rest of the thread-local
+state and copy results into place under it, which is not the GPU's work. Tensor subclasses
+(DTensor) are left to dispatch themselves first (``NotImplemented``); the plain operators they
+run come back here.
 
 Taught in chapter 02 (virtual time: what is charged).
 """
@@ -38,7 +41,7 @@ class ChargeMode(compat.DISPATCH_MODE_BASE):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         clock = self.clock
-        if clock.suspended:
+        if clock.suspended or not clock.charges_this_thread():
             return func(*args, **kwargs)
         if any(t not in _PLAIN for t in types):
             return NotImplemented

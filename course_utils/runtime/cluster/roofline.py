@@ -71,15 +71,15 @@ _MATMUL = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scal
 
 
 class Cost:
-    """One operator's price: ``ns`` (whole nanoseconds), ``flops``, ``bytes``."""
+    """One operator's price: ``ns`` (whole nanoseconds), ``flops``, ``bytes``; ``op`` its name."""
 
-    __slots__ = ("ns", "flops", "bytes")
+    __slots__ = ("ns", "flops", "bytes", "op")
 
-    def __init__(self, ns: int, flops: int, nbytes: int):
-        self.ns, self.flops, self.bytes = ns, flops, nbytes
+    def __init__(self, ns: int, flops: int, nbytes: int, op: str = ""):
+        self.ns, self.flops, self.bytes, self.op = ns, flops, nbytes, op
 
     def __repr__(self) -> str:
-        return f"Cost(ns={self.ns}, flops={self.flops}, bytes={self.bytes})"
+        return f"Cost({self.op}: ns={self.ns}, flops={self.flops}, bytes={self.bytes})"
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
@@ -278,4 +278,4 @@ def op_cost(func, args, kwargs, out, cluster) -> Cost | None:
         seconds = max(
             seconds, flops / device.flops_per_second(_dtype_key(info.name, out, args, cluster.tf32))
         )
-    return Cost(round((seconds + device.launch_s) * 1e9), flops, moved)
+    return Cost(round((seconds + device.launch_s) * 1e9), flops, moved, info.name)

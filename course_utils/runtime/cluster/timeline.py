@@ -108,14 +108,15 @@ class ClusterTimeline:
         return ClusterTimeline(tuple(cut), self.label)
 
     def summary(self) -> str:
-        """One line per rank: its end, and its compute and communication busy time, in ms."""
+        """One line per rank: its end (from the timeline's start), and its compute and communication
+        busy time, in ms."""
         lines = [self.label] if self.label else []
         for r in self.ranks:
             comm = [lane for lane in self.lanes(r) if lane not in ("compute", "callbacks")]
             busy = sum(self.busy_ns(r, lane) for lane in comm)
             lines.append(
-                f"rank {r}: ends at {self.end_of(r) / 1e6:.3f} ms, compute {self.busy_ns(r) / 1e6:.3f} ms, "
-                f"communication {busy / 1e6:.3f} ms"
+                f"rank {r}: ends at {(self.end_of(r) - self.start_ns) / 1e6:.3f} ms, compute "
+                f"{self.busy_ns(r) / 1e6:.3f} ms, communication {busy / 1e6:.3f} ms"
             )
         return "\n".join(lines)
 

@@ -78,7 +78,8 @@ class ModeledWork(compat.WORK_BASE):
             self.future_.set_exception(error)
 
     def wait(self, timeout=None) -> bool:
-        self.comm.wait_data(timeout)
+        with self.clock.suspend():  # gloo may copy results into place on this thread: not the GPU's work
+            self.comm.wait_data(timeout)
         self.clock.join(self.comm)
         return True
 
@@ -89,7 +90,8 @@ class ModeledWork(compat.WORK_BASE):
         return self.future_.done()
 
     def result(self) -> list[torch.Tensor]:
-        self.comm.wait_data(None)
+        with self.clock.suspend():
+            self.comm.wait_data(None)
         return self.result_
 
     def get_future(self) -> torch.futures.Future:

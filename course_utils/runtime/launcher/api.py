@@ -15,7 +15,10 @@ as the entry point, and adds what a notebook needs:
 * each rank's prints captured and shown afterwards, grouped in rank order;
 * a rank that raises -> ``RankFailedError`` naming it, with its traceback;
 * a rank that hangs -> ``LaunchTimeoutError`` after ``timeout`` naming it;
-* no worker process left alive, whatever happens (error, timeout, Ctrl-C).
+* no worker process left alive, nor anything a rank started, whatever happens (error, timeout,
+  Ctrl-C; ``stop_unfinished``);
+* nothing listening beyond loopback: the agent's rendezvous store is a file, not a port, and the
+  ranks' store, gloo and NCCL listen on 127.0.0.1 (``runtime.loopback``).
 
 Taught in chapter 00 (``launch``), appendix 00a (fork or spawn, ``_start_method``) and
 chapter 02 (beside ``torchrun``).
@@ -43,7 +46,7 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalEx
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from course_utils.runtime import compat
+from course_utils.runtime import compat, process_tree
 from course_utils.runtime.hardware import pick_backend
 from course_utils.runtime.launcher.errors import (
     LaunchError,
@@ -216,12 +219,14 @@ def launch(
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     # Plain tracebacks: Jupyter sets FORCE_COLOR, and Python 3.13 then colours them (ANSI codes)
     os.environ["PYTHON_COLORS"] = "0"
+    # Whatever the ranks start inherits this mark, so that it is found and stopped even orphaned
+    os.environ.update(process_tree.new_mark())
     children_before = set(mp.active_children())
-    timed_out = threading.Event()
+    timed_out, stuck = threading.Event(), []
 
-    def on_timeout():
+    def on_timeout():  # every rank still running is stopped, even one whose function returned
         timed_out.set()
-        stop_unfinished(run_dir, world_size, children_before)
+        stuck.extend(stop_unfinished(run_dir, world_size, children_before, finished_too=True))
 
     watchdog = threading.Timer(timeout, on_timeout)
     watchdog.daemon = True
@@ -235,7 +240,7 @@ def launch(
             except ChildFailedError as exc:
                 if timed_out.is_set():
                     unfinished = [r for r in range(world_size) if not finished(run_dir, r)]
-                    error = LaunchTimeoutError(unfinished, world_size, timeout)
+                    error = LaunchTimeoutError(unfinished, world_size, timeout, stuck)
                 else:
                     error = diagnose_failure(exc, run_dir, world_size, engine_log.lines)
             except SignalException as exc:
@@ -249,7 +254,8 @@ def launch(
         return [pickle.loads(results[rank]) for rank in range(world_size)]
     finally:
         watchdog.cancel()
-        stop_unfinished(run_dir, world_size, children_before)
+        # the agent has returned: no rank should be running; stop what is, and what they started
+        stop_unfinished(run_dir, world_size, children_before, finished_too=True)
         mp.active_children()  # reap whatever was stopped, so no zombie is left either
         restore(saved_env, saved_signals)
         if show_output:
@@ -298,11 +304,13 @@ def _launch_config(world_size: int, start_method: str, run_dir: Path, timeout: f
         max_nodes=1,
         nproc_per_node=world_size,
         run_id=uuid.uuid4().hex,
-        # numeric address: no DNS lookups; port 0: a free port every time, so re-runs never clash
+        # The rendezvous store is a file in this launch's private folder, not a TCP server: the
+        # agent, in this process, listens on no port (a TCPStore would listen on every interface,
+        # and the agent unpickles what it reads from it; runtime/loopback.py)
         rdzv_backend="c10d",
-        rdzv_endpoint="127.0.0.1:0",
-        local_addr="127.0.0.1",
-        rdzv_configs={"timeout": max(int(timeout), 30)},
+        rdzv_endpoint=str(run_dir / "rendezvous"),
+        local_addr="127.0.0.1",  # numeric: no DNS lookups; the ranks' store is on loopback
+        rdzv_configs={"timeout": max(int(timeout), 30), "store_type": "file"},
         max_restarts=0,
         monitor_interval=0.02,
         start_method=start_method,

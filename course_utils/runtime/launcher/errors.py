@@ -19,6 +19,7 @@ from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+from course_utils.runtime import process_tree
 from course_utils.runtime.launcher.output import rank_log
 from course_utils.runtime.launcher.rank_entry import finished, marker, read_error
 
@@ -38,31 +39,56 @@ class RankFailedError(LaunchError):
 
 
 class LaunchTimeoutError(LaunchError, TimeoutError):
-    """Some ranks had not returned after ``timeout`` seconds; ``unfinished`` lists them."""
+    """Some ranks had not returned after ``timeout`` seconds; ``unfinished`` lists them.
+    ``stuck``: ranks whose function had returned but whose process had not ended by then."""
 
-    def __init__(self, unfinished: list[int], world_size: int, timeout: float):
-        self.unfinished, self.timeout = unfinished, timeout
+    def __init__(self, unfinished: list[int], world_size: int, timeout: float, stuck: list[int] = ()):
+        self.unfinished, self.timeout, self.stuck = unfinished, timeout, list(stuck)
         finished = [r for r in range(world_size) if r not in unfinished]
-        super().__init__(
-            f"rank(s) {unfinished} did not finish within {timeout:g} s "
-            f"(finished: {finished or 'none'}); they were stopped. A common cause is a rank "
-            "that skips a collective the others wait in; if they were only slow, pass a larger timeout=."
-        )
+        if unfinished:
+            message = (
+                f"rank(s) {unfinished} did not finish within {timeout:g} s "
+                f"(finished: {finished or 'none'}); they were stopped. A common cause is a rank "
+                "that skips a collective the others wait in; if they were only slow, pass a larger timeout=."
+            )
+        else:
+            message = (
+                f"every rank's function returned, but rank(s) {self.stuck} had not ended within "
+                f"{timeout:g} s (stuck tearing down the process group); they were stopped"
+            )
+        super().__init__(message)
 
 
-def stop_unfinished(run_dir: Path, world_size: int, before: set) -> None:
-    """SIGKILL every rank that has not returned, and any worker that never reported."""
+def stop_unfinished(
+    run_dir: Path, world_size: int, before: set, finished_too: bool = False, grace: float = 2.0
+) -> list[int]:
+    """Stop every rank that has not returned (with ``finished_too``, every rank still running),
+    any worker that never reported, and every process they started: SIGTERM, up to ``grace``
+    seconds, then SIGKILL (``process_tree``). Only this process's descendants, and processes
+    carrying the launch's mark (``COURSE_RUN_MARK`` in this process's environment, which whatever
+    the ranks start inherits), are signalled: a pid read from a marker file may be another
+    process's by now. Returns the finished ranks that were still running."""
+    mine = set(process_tree.descendants(os.getpid()))
     pids = {}
     for rank in range(world_size):
         with contextlib.suppress(FileNotFoundError, ValueError):
             pids[rank] = int(marker(run_dir, rank, "pid").read_text())
-    for rank, pid in pids.items():
-        if not finished(run_dir, rank):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-    for child in set(mp.active_children()) - before:
-        if child.pid not in pids.values():
-            child.kill()
+    ranks = [r for r, pid in pids.items() if pid in mine and (finished_too or not finished(run_dir, r))]
+    stuck = [r for r in ranks if finished(run_dir, r)]
+    roots = [pids[r] for r in ranks]
+    roots += [c.pid for c in set(mp.active_children()) - before if c.pid not in pids.values()]
+    mark = os.environ.get(process_tree.MARK_VARIABLE)
+    orphans = []
+    if finished_too and mark:  # what the ranks started, and left behind when they ended
+        parents = process_tree.parents()
+        # not this process's own helpers that started meanwhile (multiprocessing's resource tracker)
+        orphans = [
+            pid
+            for pid in process_tree.marked({process_tree.MARK_VARIABLE: mark})
+            if parents.get(pid) != os.getpid()
+        ]
+    process_tree.stop_processes(roots, grace, also=orphans)
+    return stuck
 
 
 _LOST_PEER = (

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import cloudpickle
 
+from course_utils.runtime.loopback import host_rank_store_on_loopback
+
 
 @dataclass(frozen=True)
 class RankSpec:
@@ -120,6 +122,7 @@ def run_rank(payload, spec: RankSpec) -> bytes:
     try:
         fn, args = pickle.loads(payload) if isinstance(payload, bytes) else payload
         backend = _backend(spec)  # a wire, if any, is installed for fn's own groups too
+        host_rank_store_on_loopback()  # rank 0's store, gloo and NCCL listen on loopback only
         if spec.init_group:
             dist.init_process_group(backend, timeout=timedelta(seconds=spec.group_timeout_s))
         result = fn(*args)

@@ -10,7 +10,10 @@ The loaders the training loop iterates (``loaders.py``; ``ParquetBatches`` strea
 groups, ``stream.py``) need torch: they are imported on first use, so that ``python -m
 course_utils.workload.data`` and code that only makes data stay light.
 
-Taught in chapters 01 (synthetic logs) and 04 (parquet partitions, streaming).
+Real Criteo files are converted to the same parquet by ``python -m course_utils.workload.data
+from-criteo`` (``from_criteo``, ``criteo_convert.py``).
+
+Taught in chapters 01 (synthetic logs, Criteo files converted) and 04 (parquet partitions, streaming).
 """
 
 from course_utils.workload.data.criteo import (
@@ -22,8 +25,12 @@ from course_utils.workload.data.criteo import (
     CRITEO_KAGGLE_ROWS,
     read_criteo_tsv,
 )
+from course_utils.workload.data.criteo_convert import BadLineError, ConversionReport, from_criteo
+from course_utils.workload.data.criteo_write import write_criteo_tsv
+from course_utils.workload.data.file_checks import check_parquet_file
 from course_utils.workload.data.logs import Batch, ClickLogs, batches, dense_columns, sparse_columns
 from course_utils.workload.data.parquet import (
+    check_same_tables,
     parquet_info,
     read_parquet,
     repartition,
@@ -59,6 +66,12 @@ __all__ = [
     "row_groups_of_rank",
     "parquet_info",
     "read_criteo_tsv",
+    "write_criteo_tsv",
+    "from_criteo",
+    "ConversionReport",
+    "BadLineError",
+    "check_parquet_file",
+    "check_same_tables",
     "dense_columns",
     "sparse_columns",
     "BLOCK_ROWS",

@@ -7,6 +7,8 @@ file with another count. From a shell::
     python -m course_utils.workload.data repartition SRC DST ROW_GROUPS
     python -m course_utils.workload.data info FILE
 
+A training file and its test file must index the same tables: :func:`check_same_tables`.
+
 Taught in chapter 04 (row groups as partitions).
 """
 
@@ -19,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from course_utils.runtime.checks import check_whole
+from course_utils.workload.data.file_checks import check_parquet_file
 from course_utils.workload.data.logs import ClickLogs
 
 __all__ = [
@@ -30,9 +33,11 @@ __all__ = [
     "parquet_info",
     "open_parquet",
     "read_row_groups",
+    "check_same_tables",
 ]
 
 _META_KEY = b"course_utils.cardinalities"
+_PREPROCESSING_KEY = b"course_utils.preprocessing"  # from-criteo's settings (criteo_convert.py)
 PathLike = str | Path
 
 
@@ -82,17 +87,20 @@ def write_row_groups(parts: Iterable[ClickLogs], path: PathLike) -> Path:
 
 
 def parquet_info(path: PathLike) -> dict:
-    """Rows, row groups, rows per row group and the tables' cardinalities (None if the file
-    was not written by ``write_parquet``) of a parquet file: its metadata only, no rows read."""
+    """Rows, row groups, rows per row group, the tables' cardinalities (None if the file was
+    written by neither ``write_parquet`` nor ``from-criteo``) and, from ``from-criteo``, its
+    preprocessing (else None) of a parquet file: its metadata only, no rows read. A file that is
+    not parquet gets a one-line error (``check_parquet_file``)."""
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(path)
+    pf = pq.ParquetFile(check_parquet_file(path))
     md, meta = pf.metadata, pf.schema_arrow.metadata or {}
     return {
         "rows": md.num_rows,
         "row_groups": md.num_row_groups,
         "rows_per_group": [md.row_group(i).num_rows for i in range(md.num_row_groups)],
         "cardinalities": tuple(json.loads(meta[_META_KEY])) if _META_KEY in meta else None,
+        "preprocessing": json.loads(meta[_PREPROCESSING_KEY]) if _PREPROCESSING_KEY in meta else None,
     }
 
 
@@ -123,15 +131,14 @@ def open_parquet(path: PathLike):
     """``(pyarrow.parquet.ParquetFile, cardinalities)`` of a file written by :func:`write_parquet`."""
     import pyarrow.parquet as pq
 
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path}: no such parquet file; write one with write_parquet(logs, path, row_groups)."
-        )
+    path = check_parquet_file(path)
     pf = pq.ParquetFile(path)
     meta = pf.schema_arrow.metadata or {}
     if _META_KEY not in meta:
-        raise ValueError(f"{path.name} was not written by write_parquet (no cardinalities in its metadata).")
+        raise ValueError(
+            f"{path.name} was written by neither write_parquet nor from-criteo "
+            "(no cardinalities in its metadata)."
+        )
     return pf, tuple(json.loads(meta[_META_KEY]))
 
 
@@ -143,8 +150,8 @@ def read_row_groups(pf, groups: list[int], cardinalities) -> ClickLogs:
     names = table.column_names
     dcols = [c for c in names if c.startswith("I") and c[1:].isdigit()]
 
-    def column(name, dtype):
-        return table.column(name).to_numpy().astype(dtype, copy=False)
+    def column(name, dtype):  # writable: torch warns on tensors made from read-only arrays
+        return np.require(table.column(name).to_numpy(), dtype, ["W"])
 
     dense = (
         np.stack([column(c, np.float32) for c in dcols], axis=1)
@@ -170,3 +177,30 @@ def repartition(src: PathLike, dst: PathLike, row_groups: int) -> Path:
     if Path(src).resolve() == Path(dst).resolve():
         raise ValueError("repartition: dst must differ from src (write a new file, then rename it).")
     return write_parquet(read_parquet(src), dst, row_groups)
+
+
+def check_same_tables(train: str | Path, test: str | Path) -> tuple:
+    """The table sizes both files' metadata give, if they are equal; else a ValueError naming
+    both (a model built for the training file's tables cannot look up the test file's ids)."""
+    cards = {name: parquet_info(name)["cardinalities"] for name in (train, test)}
+    train_cards, test_cards = cards[train], cards[test]
+    if None in (train_cards, test_cards):
+        missing = Path(train if train_cards is None else test).name
+        raise ValueError(
+            f"{missing} has no table sizes in its metadata; write it with write_parquet or from-criteo."
+        )
+    if tuple(train_cards) != tuple(test_cards):
+
+        def sizes(c) -> str:
+            return (
+                f"{len(c)} x {c[0]:,} rows"
+                if len(set(c)) == 1
+                else f"{len(c)} tables of {min(c):,} to {max(c):,} rows"
+            )
+
+        raise ValueError(
+            f"{Path(test).name} was written for other tables ({sizes(test_cards)}) than "
+            f"{Path(train).name} ({sizes(train_cards)}): convert both with the same --buckets "
+            "(from-criteo TEST --like TRAIN)."
+        )
+    return tuple(train_cards)
