@@ -115,6 +115,21 @@ def test_hooks_timed_on_a_modeled_cluster_train_as_on_gloo_and_fp16_halves_the_t
     assert fp16["communication_ns"] < fp32["communication_ns"]  # (a model this small: no faster a step)
 
 
+def test_powersgd_is_refused_on_a_modeled_cluster_in_one_line_instead_of_hanging():
+    from course_utils.runtime.launcher import RankFailedError
+
+    with pytest.raises(RankFailedError, match="launch it without cluster="):
+        launch(
+            comm_hooks.hook_traffic,
+            ("PowerSGD, rank 1",),
+            SMALL_DLRM,
+            8,
+            world_size=2,
+            cluster=Cluster("h100", "ethernet"),
+            timeout=60,
+        )
+
+
 def test_powersgd_formula_leaves_thin_matrices_uncompressed():
     assert comm_hooks.powersgd_bytes(torch.nn.Linear(128, 1), 1) == 4 * (128 + 1)
     assert comm_hooks.powersgd_bytes(torch.nn.Linear(128, 128), 2) == 4 * (2 * 256 + 128)

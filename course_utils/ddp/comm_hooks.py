@@ -20,8 +20,10 @@ hook)``, before the first step, with a hook from ``torch.distributed.algorithms.
 hook above sends through it), so a run reports what went on the network, exactly. ``hook_traffic``
 trains the dense part of MLPerf's DLRM under each hook and returns those bytes and the step
 times; on a modeled cluster (``launch(..., cluster=...)``) the times are the modeled GPUs' and
-network's, exact, and a hook's callbacks (fp16's decompression; PowerSGD's next all-reduce, issued
-from the callback of its first) are charged as the cluster charges callbacks.
+network's, exact, and a hook's callback (fp16's decompression) is charged as the cluster charges
+callbacks. PowerSGD is not timed there: its callback starts the next all-reduce and waits for it,
+and the cluster runs callbacks at ``wait()`` on the rank's own thread, so that inner wait would
+never end; ``hook_traffic`` refuses it on a cluster, and counts its bytes on plain gloo.
 
 Taught in chapter 04 (appendix 04a, section 4).
 """
@@ -123,6 +125,11 @@ def hook_traffic(
     step and its "timeline" (a modeled cluster only: ``overlap.hidden_ns``), "weights": this rank's
     flat parameters}}``.
     """
+    if installed() is not None and any(name.startswith("PowerSGD") for name in names):
+        raise ValueError(
+            "PowerSGD cannot be timed on a modeled cluster (its callback waits for another "
+            "all-reduce): launch it without cluster= to count its bytes"
+        )
     dense, sparse, label = dlrm_batch(config, rows, seed=dist.get_rank())
     out = {}
     for name in names:
