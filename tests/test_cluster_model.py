@@ -186,6 +186,14 @@ def test_a_lookup_reads_the_rows_it_gathers_not_its_table():
     assert gathered.bytes == 2 * 2000 * 64 * 4 + 2000 * 8  # rows out, rows in, the ids
 
 
+def test_a_sparse_gradient_added_into_its_table_touches_its_rows_only():
+    table = torch.zeros(100_000, 64)
+    rows = torch.sparse_coo_tensor(torch.tensor([[3, 70, 5000]]), torch.ones(3, 64), (100_000, 64))
+    c = cost(lambda: table.add_(rows))
+    values, indices = 3 * 64 * 4, 3 * 8
+    assert (c.flops, c.bytes) == (0, (indices + values) + values + values)  # read both, write the rows
+
+
 # -- the clock ------------------------------------------------------------------------------------
 class Fixed:
     """A communication whose interval is known (what a group's Collective gives once resolved)."""

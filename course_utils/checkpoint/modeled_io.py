@@ -14,11 +14,6 @@ of the storage instead:
   training on a lane of its own (``cluster.in_background(..., lane="storage")``), and the next
   save first waits for it.
 
-The run being checkpointed (``background.train_big_table``) averages sparse gradients with an
-all-reduce; the modeled clock names tensors by their storage, which a sparse tensor does not
-have, so ``ModeledCheckpointer`` first lets the clock name sparse tensors by identity
-(``_name_sparse_tensors``: a work-around until the clock does so itself).
-
 A rank's share: the checkpoint's tensor bytes (model and optimizer state, ``state_bytes``) over
 the number of ranks, DCP spreading the replicated tensors over them.
 
@@ -36,7 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from course_utils.runtime import cluster, compat
+from course_utils.runtime import cluster
 
 __all__ = ["Storage", "STORAGE", "STAGING_BPS", "state_bytes", "ModeledCheckpointer"]
 
@@ -83,20 +78,6 @@ def state_bytes(state) -> int:
     return total
 
 
-def _name_sparse_tensors() -> None:
-    """Let the modeled clock name a sparse tensor (which has no storage) by its identity, so that
-    a rank may all-reduce sparse gradients on a modeled cluster. Idempotent."""
-    plain = compat.storage_key
-    if getattr(plain, "names_sparse_tensors", False):
-        return
-
-    def storage_key(t: torch.Tensor):
-        return id(t) if t.layout != torch.strided else plain(t)
-
-    storage_key.names_sparse_tensors = True
-    compat.storage_key = storage_key
-
-
 def _uncharged(fn, *args):
     """``fn(*args)`` on a thread of its own: real work the rank's modeled clock does not see."""
     out, error = [], []
@@ -127,7 +108,6 @@ class ModeledCheckpointer:
             raise RuntimeError(
                 "ModeledCheckpointer times saves on a modeled cluster: launch(fn, cluster=...)"
             )
-        _name_sparse_tensors()
         self.real, self.mode = checkpointer, checkpointer.mode
         self.storage = STORAGE[storage] if isinstance(storage, str) else storage
         self.waited: list[float] = []

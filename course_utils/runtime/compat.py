@@ -262,7 +262,10 @@ def storage_key(t: torch.Tensor) -> int:
     """A number naming the memory ``t`` lives in, the same for every view of it and unique while
     it lives, meta tensors included: the address of its ``c10::StorageImpl``,
     ``UntypedStorage._cdata`` (every supported torch). ``data_ptr()`` is 0 for every meta tensor,
-    so it cannot tell two of them apart; nothing public names a storage."""
+    so it cannot tell two of them apart; nothing public names a storage. A sparse tensor has no
+    storage of its own: it is named by the tensor itself (``id``)."""
+    if t.layout != torch.strided:
+        return id(t)
     return t.untyped_storage()._cdata
 
 

@@ -34,6 +34,7 @@ import torch.distributed as dist
 
 from course_utils.runtime import compat
 from course_utils.runtime.cluster.network import collective_seconds
+from course_utils.runtime.cluster.roofline import tensor_bytes
 from course_utils.runtime.cluster.work import ModeledWork
 
 __all__ = ["ModeledGroup", "Collective", "Message"]
@@ -43,7 +44,8 @@ _MAX.reduceOp = dist.ReduceOp.MAX
 
 
 def _nbytes(tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
+    """The bytes the tensors hold (a sparse tensor: its indices and values, not its dense size)."""
+    return sum(tensor_bytes(t) for t in tensors)
 
 
 def _size(nbytes: float) -> str:

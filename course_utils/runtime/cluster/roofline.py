@@ -8,7 +8,8 @@
 * Bytes: every tensor the operator reads (its inputs, but not the buffers it only writes: ``out=``
   arguments, the target of ``copy_``/``fill_``/``zero_``) plus every tensor it writes (its
   outputs). A lookup reads the rows it gathers, not its whole table (``_gathered_bytes``), and a
-  scatter into a table touches the rows it writes. A sparse tensor counts its indices and values.
+  scatter into a table touches the rows it writes. A sparse tensor counts its indices and values;
+  added into a dense one in place (``table.add_(sparse_gradient)``), it touches its rows only.
 * Free (0 ns): views and aliases (``func.is_view``: ``view``, ``t``, ``expand``, ``as_strided``
   ...), allocation without a kernel (``empty``), reading a scalar to the host (``item``),
   metadata, and every operator outside the ``aten`` namespace (the profiler's markers; the
@@ -152,6 +153,21 @@ def _gathered_bytes(name: str, args, out) -> tuple[int, int] | None:
     return None
 
 
+def _sparse_into_dense(args, out) -> tuple[int, int] | None:
+    """``(read, written)`` of an in-place operator that adds a sparse tensor into a dense one (its
+    values, and the dense rows they land on, read; those rows written), or None for any other."""
+    if not (args and isinstance(out, torch.Tensor) and out is args[0] and out.layout == torch.strided):
+        return None
+    sparse = [t for t in tensors_in(args[1:]) if t.layout == torch.sparse_coo]
+    if not sparse:
+        return None
+    values = 0
+    for t in sparse:
+        _, v = compat.sparse_indices_and_values(t)
+        values += v.numel() * v.element_size()
+    return sum(tensor_bytes(t) for t in sparse) + values, values
+
+
 def _extra_flops(name: str, args, out) -> int:
     """FLOPs of the operators ``torch.utils.flop_counter`` counts as 0 that a recommender needs."""
     if name in ("aten::_embedding_bag", "aten::_embedding_bag_forward_only", "aten::embedding_bag"):
@@ -263,7 +279,7 @@ def op_cost(func, args, kwargs, out, cluster) -> Cost | None:
     if info.free:
         return None
     device = cluster.device
-    gathered = _gathered_bytes(info.name, args, out) if info.gathers else None
+    gathered = _gathered_bytes(info.name, args, out) if info.gathers else _sparse_into_dense(args, out)
     if gathered is None:
         read = info.read_bytes(args, kwargs)
         written = (
