@@ -115,6 +115,23 @@ def test_hooks_timed_on_a_modeled_cluster_train_as_on_gloo_and_fp16_halves_the_t
     assert fp16["communication_ns"] < fp32["communication_ns"]  # (a model this small: no faster a step)
 
 
+def test_powersgd_exchanges_bucket_after_bucket_in_the_same_order_on_every_rank():
+    from course_utils.ddp.overlap import MLPERF_DLRM
+
+    ranks = launch(comm_hooks.hook_traffic, ("PowerSGD, rank 1",), MLPERF_DLRM, 16, world_size=2, timeout=120)
+    mine, theirs = (r["PowerSGD, rank 1"] for r in ranks)
+    assert mine["calls"] == 6 and mine["sizes"] == theirs["sizes"]  # two buckets: vectors, P, Q each
+    assert torch.equal(mine["weights"], theirs["weights"])
+
+
+def test_in_bucket_order_returns_the_finished_exchange():
+    later = torch.futures.Future()
+    hook = comm_hooks.in_bucket_order(lambda state, bucket: later.then(lambda f: f.value() + bucket))
+    later.set_result(torch.ones(2))
+    done = hook(None, torch.ones(2))
+    assert done.done() and torch.equal(done.value(), torch.full((2,), 2.0))
+
+
 def test_powersgd_is_refused_on_a_modeled_cluster_in_one_line_instead_of_hanging():
     from course_utils.runtime.launcher import RankFailedError
 

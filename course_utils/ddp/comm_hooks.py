@@ -23,7 +23,11 @@ times; on a modeled cluster (``launch(..., cluster=...)``) the times are the mod
 network's, exact, and a hook's callback (fp16's decompression) is charged as the cluster charges
 callbacks. PowerSGD is not timed there: its callback starts the next all-reduce and waits for it,
 and the cluster runs callbacks at ``wait()`` on the rank's own thread, so that inner wait would
-never end; ``hook_traffic`` refuses it on a cluster, and counts its bytes on plain gloo.
+never end; ``hook_traffic`` refuses it on a cluster, and counts its bytes on plain gloo. There
+each bucket's exchange finishes before backward goes on (``in_bucket_order``): on gloo a future's
+callbacks run on gloo's own thread, so PowerSGD's callback would start its next all-reduce there
+while backward starts the next bucket's from the rank's thread, in an order that can differ
+between ranks (gloo then aborts on a size mismatch). NCCL's futures run them on the calling thread.
 
 Taught in chapter 04 (appendix 04a, section 4).
 """
@@ -43,7 +47,7 @@ from course_utils.runtime.cluster import installed, timeline
 from course_utils.runtime.timing import now
 from course_utils.workload.models import DLRMConfig
 
-__all__ = ["bf16_hook", "HOOKS", "tap_all_reduce", "powersgd_bytes", "hook_traffic"]
+__all__ = ["bf16_hook", "in_bucket_order", "HOOKS", "tap_all_reduce", "powersgd_bytes", "hook_traffic"]
 
 
 def bf16_hook(process_group, bucket):
@@ -62,12 +66,25 @@ def bf16_hook(process_group, bucket):
     return future.then(decompress)
 
 
+def in_bucket_order(hook):
+    """``hook``, with each bucket's whole exchange (every collective its callbacks start) finished
+    before it returns: the ranks then issue the collectives in the same order, bucket after bucket,
+    wherever the backend runs a future's callbacks. Returns a completed future of the bucket."""
+
+    def ordered(state, bucket):
+        done = torch.futures.Future()
+        done.set_result(hook(state, bucket).wait())
+        return done
+
+    return ordered
+
+
 def _powersgd(rank: int):
     def make():
         state = powerSGD_hook.PowerSGDState(
             process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=2, use_error_feedback=True
         )
-        return state, powerSGD_hook.powerSGD_hook
+        return state, in_bucket_order(powerSGD_hook.powerSGD_hook)
 
     return make
 
