@@ -56,6 +56,7 @@ CHAPTER_OF_FILE = {
     "test_ddp_practice.py": (4,),
     "test_ddp_options.py": (4,),
     "test_ddp_torchrun.py": (4,),
+    "test_ddp_cluster.py": (4,),
     "test_loaders.py": (4,),
     "test_model_parallel.py": (5,),
     "test_tensor_parallel.py": (5,),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from course_utils import launch
+from course_utils import Cluster, launch
 from course_utils.ddp import (
     comm_hooks,
     evaluation,
@@ -16,7 +16,9 @@ from course_utils.ddp import (
     rank_agreement,
 )
 from course_utils.ddp.overlap import tower
+from course_utils.runtime.cluster import collective_seconds
 from course_utils.workload.metrics import auc
+from course_utils.workload.models import DLRMConfig
 
 
 def _sync_in_backward_equals_explicit_finish():
@@ -73,15 +75,76 @@ def test_seeds_and_gradient_norms_across_ranks():
     assert ranks[0]["norm after sync"] == ranks[1]["norm after sync"]
 
 
+SMALL_DLRM = DLRMConfig((1,) * 4, embedding_dim=16, bottom_mlp=(32, 16), top_mlp=(64, 32))
+
+
 def test_hooks_send_the_bytes_their_formulas_say():
-    ranks = launch(comm_hooks.hook_traffic, world_size=2, timeout=120)
-    full = sum(p.numel() * 4 for p in tower(128, 8).parameters())
+    ranks = launch(
+        comm_hooks.hook_traffic, tuple(comm_hooks.HOOKS), SMALL_DLRM, 64, world_size=2, timeout=120
+    )
+    model = SMALL_DLRM.build()
+    full = sum(p.numel() * 4 for p in model.parameters())
     sent = {k: v["bytes"] for k, v in ranks[0].items()}
     assert sent["float32 (DDP's default)"] == full
     assert sent["fp16_compress_hook"] == sent["bf16 (bf16_hook)"] == full // 2
-    assert sent["PowerSGD, rank 1"] == comm_hooks.powersgd_bytes(tower(128, 8), 1)
+    assert sent["PowerSGD, rank 1"] == comm_hooks.powersgd_bytes(model, 1)
     for name in sent:
         assert torch.equal(ranks[0][name]["weights"], ranks[1][name]["weights"]), name
+        assert "communication_ns" not in ranks[0][name]  # no modeled cluster: wall time only
+
+
+def test_hooks_timed_on_a_modeled_cluster_train_as_on_gloo_and_fp16_halves_the_traffic():
+    names = ("float32 (DDP's default)", "fp16_compress_hook")
+    plain = launch(comm_hooks.hook_traffic, names, SMALL_DLRM, 64, world_size=2, timeout=120)
+    cluster = Cluster("h100", "ethernet")
+    modeled = launch(
+        comm_hooks.hook_traffic, names, SMALL_DLRM, 64, world_size=2, cluster=cluster, timeout=120
+    )
+    again = launch(comm_hooks.hook_traffic, names, SMALL_DLRM, 64, world_size=2, cluster=cluster, timeout=120)
+    for name in names:
+        assert torch.equal(plain[0][name]["weights"], modeled[0][name]["weights"]), name
+        assert modeled[0][name]["step_ns"] == again[0][name]["step_ns"] > 0  # exact, run after run
+    fp32, fp16 = (modeled[0][name] for name in names)
+    alpha, beta = cluster.network.link([0, 1])
+    by_formula = sum(round(collective_seconds("all_reduce", n, 2, alpha, beta) * 1e9) for n in fp16["sizes"])
+    buffers = sum(
+        b.numel() * b.element_size() for b in SMALL_DLRM.build().buffers()
+    )  # broadcast each forward
+    by_formula += round(collective_seconds("broadcast", buffers, 2, alpha, beta) * 1e9)
+    assert abs(fp16["communication_ns"] - by_formula) <= len(fp16["sizes"]) + 1
+    assert fp16["communication_ns"] < fp32["communication_ns"]  # (a model this small: no faster a step)
+
+
+def test_powersgd_exchanges_bucket_after_bucket_in_the_same_order_on_every_rank():
+    from course_utils.ddp.overlap import MLPERF_DLRM
+
+    ranks = launch(comm_hooks.hook_traffic, ("PowerSGD, rank 1",), MLPERF_DLRM, 16, world_size=2, timeout=120)
+    mine, theirs = (r["PowerSGD, rank 1"] for r in ranks)
+    assert mine["calls"] == 6 and mine["sizes"] == theirs["sizes"]  # two buckets: vectors, P, Q each
+    assert torch.equal(mine["weights"], theirs["weights"])
+
+
+def test_in_bucket_order_returns_the_finished_exchange():
+    later = torch.futures.Future()
+    hook = comm_hooks.in_bucket_order(lambda state, bucket: later.then(lambda f: f.value() + bucket))
+    later.set_result(torch.ones(2))
+    done = hook(None, torch.ones(2))
+    assert done.done() and torch.equal(done.value(), torch.full((2,), 2.0))
+
+
+def test_powersgd_is_refused_on_a_modeled_cluster_in_one_line_instead_of_hanging():
+    from course_utils.runtime.launcher import RankFailedError
+
+    with pytest.raises(RankFailedError, match="launch it without cluster="):
+        launch(
+            comm_hooks.hook_traffic,
+            ("PowerSGD, rank 1",),
+            SMALL_DLRM,
+            8,
+            world_size=2,
+            cluster=Cluster("h100", "ethernet"),
+            timeout=60,
+        )
 
 
 def test_powersgd_formula_leaves_thin_matrices_uncompressed():

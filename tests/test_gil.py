@@ -26,6 +26,7 @@ from course_utils.data_parallel.gil import (
     DLRMWork,
     MatmulWork,
     PythonWork,
+    fixed_share,
     one_thread_each,
     one_torch_thread,
     threads_vs_processes,
@@ -119,14 +120,14 @@ def test_every_layout_is_timed_inside_the_same_launched_ranks_in_turn(python):
     assert set(rounds) == set(LAYOUTS) and all(len(timings) == REPEATS for timings in rounds.values())
     for layout, timings in rounds.items():
         shares = [r for r in records if r["layout"] == layout]
-        for i, (wall, cpu) in enumerate(timings):  # a round's time covers its shares, from first to last
+        for i, (wall, cpu, each) in enumerate(timings):  # a round's time covers its shares, first to last
             ran = sorted(shares, key=lambda r: r["start"])[2 * i : 2 * i + 2]
             assert wall >= max(r["end"] for r in ran) - min(r["start"] for r in ran) - 1e-3, (wall, ran)
-            assert cpu > 0
-        assert result[layout] == pytest.approx(statistics.median(w for w, _ in timings))
+            assert cpu > 0 and len(each) == 2 and all(0 < c <= wall + 1e-3 for c in each), (wall, each)
+        assert result[layout] == pytest.approx(statistics.median(w for w, _, _ in timings))
     for layout in ("threads", "processes"):  # each round compared with the sequential run of the same round
         ratios = [
-            seq / wall for (seq, _), (wall, _) in zip(rounds["sequential"], rounds[layout], strict=True)
+            seq / wall for (seq, _, _), (wall, _, _) in zip(rounds["sequential"], rounds[layout], strict=True)
         ]
         assert result[f"{layout}_speedup"] == pytest.approx(statistics.median(ratios))
 
@@ -137,6 +138,8 @@ def test_the_gil_keeps_python_threads_to_one_core(python):
     # Cores busy (CPU seconds / wall seconds) is asserted rather than the speed-up because the
     # bound holds on a busy machine too: other jobs can only lower it.
     assert result["threads_cores"] < 1.15, result
+    assert sum(result["threads_each"]) < 1.15, result  # each thread's own CPU time, added
+    assert result["threads_each"][0] >= result["threads_each"][1]  # the busier thread first
     assert result["sequential_cores"] < 1.15, result  # one thread
     assert result["processes_cores"] < 2.3, result  # two single-threaded processes
 
@@ -198,6 +201,18 @@ def test_dlrm_work_runs_forwards_of_its_own_model():
     assert logits.shape == (16,)
     torch.testing.assert_close(logits, config.build(seed=0)(batch.dense, batch.sparse))
     assert PythonWork(1000)() == sum(i * i for i in range(1000))
+
+
+def test_fixed_share_falls_as_the_rows_grow():
+    """On one row a forward costs its Python and its operators' fixed costs; on many rows the
+    arithmetic adds to that. CPU time, so it holds on a busy machine too."""
+    logs = data.make_click_logs(2048, seed=0)
+    config = DLRMConfig(logs.cardinalities)
+    few = fixed_share(DLRMWork(config, logs[:8].to_torch(), steps=20), repeats=3)
+    many = fixed_share(DLRMWork(config, logs[:2048].to_torch(), steps=3), repeats=3)
+    assert 0 < many < 0.3 < 0.6 < few <= 1.2, (few, many)
+    one_row = DLRMWork(config, logs[:8].to_torch(), steps=2).on_one_row()
+    assert [tuple(t.shape) for t in one_row.batch] == [(1, 13), (1, 26), (1,)]
 
 
 def test_a_new_thread_runs_a_product_on_one_core():

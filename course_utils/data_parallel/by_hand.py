@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 from course_utils.runtime import compat
-from course_utils.runtime.timing import Stopwatch, synchronize
+from course_utils.runtime.timing import Stopwatch, now, synchronize
 
 
 def chunk_sizes(batch_size: int, n_devices: int) -> list[int]:
@@ -209,13 +208,13 @@ class DataParallelByHand(nn.Module):
             return self.module(*inputs)
         timings: dict[str, float] = {}
         synchronize(*self.devices)  # GPU work runs on after its call returns: wait for it
-        clock = time.perf_counter()
+        clock = now()
 
         def lap(step: str) -> None:
             nonlocal clock
             synchronize(*self.devices)
-            now = time.perf_counter()
-            timings[step], clock = now - clock, now
+            lapped = now()
+            timings[step], clock = lapped - clock, lapped
 
         chunks = scatter(inputs, self.devices)
         lap("scatter")

@@ -7,16 +7,17 @@
 * ``train``: ``ddp_worker`` (one rank; naive, bucketed or torch DDP) and
   ``train_single`` (one process on the global batch), same data, seeds and loop
   (``course_utils.workload.train.fit``); ``rank_loader`` / ``global_loader`` stream their batches.
-* ``runs``: what the chapter measures: step times of the variants, run side by side (what
-  buckets save), and single process vs DataParallel vs DDP on the same model and data.
+* ``overlap``: a DDP step timed on a modeled GPU cluster (virtual time): what backward hides, the
+  bucket size; ``plot`` draws it; ``runs``: DDP against one GPU (``scaling``), and single process vs
+  DataParallel vs DDP on the same model and data.
 
 For appendix 04a, one module per practice, imported by name (``from course_utils.ddp import
 mixed_precision``): ``in_backward`` (the sync inside ``backward()``, ``no_sync``'s placement),
 ``mixed_precision`` (autocast, a loss scaler with ``no_sync``, clipping after the sync),
 ``rank_agreement`` (seeds and gradient norms across ranks), ``comm_hooks`` (fp16/bf16 and PowerSGD,
 their bytes), ``sparse_tables`` (sparse embedding gradients under DDP), ``evaluation`` (the exact
-AUC across ranks), ``input_pipeline`` (a rank's DataLoader for a GPU), ``overlap``, ``options``
-and ``uneven``.
+AUC across ranks), ``input_pipeline`` (a rank's DataLoader for a GPU), ``options``, ``uneven``, and
+``published`` (PyTorch's own DDP benchmark, modeled at real size against its published times).
 
 Taught in chapter 04 and its appendix 04a (chapter 03's threads against processes:
 ``course_utils.data_parallel.gil``).

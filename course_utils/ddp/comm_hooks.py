@@ -17,11 +17,17 @@ hook)``, before the first step, with a hook from ``torch.distributed.algorithms.
   ``start_powerSGD_iter``, everything go uncompressed.
 
 ``tap_all_reduce`` counts the bytes each ``dist.all_reduce`` call of this process is given (every
-hook above sends through it), so a run reports what went on the wire, exactly. ``hook_traffic``
-trains the same tower under each hook and returns those bytes and the step times; under a wire
-(``launch(..., wire=...)``) the times are the modeled network's. (PowerSGD starts its second
-all-reduce from the callback of its first; the wire completes an operation from the thread that
-would have to run that callback, so PowerSGD is timed on plain gloo and priced by the model.)
+hook above sends through it), so a run reports what went on the network, exactly. ``hook_traffic``
+trains the dense part of MLPerf's DLRM under each hook and returns those bytes and the step
+times; on a modeled cluster (``launch(..., cluster=...)``) the times are the modeled GPUs' and
+network's, exact, and a hook's callback (fp16's decompression) is charged as the cluster charges
+callbacks. PowerSGD is not timed there: its callback starts the next all-reduce and waits for it,
+and the cluster runs callbacks at ``wait()`` on the rank's own thread, so that inner wait would
+never end; ``hook_traffic`` refuses it on a cluster, and counts its bytes on plain gloo. There
+each bucket's exchange finishes before backward goes on (``in_bucket_order``): on gloo a future's
+callbacks run on gloo's own thread, so PowerSGD's callback would start its next all-reduce there
+while backward starts the next bucket's from the rank's thread, in an order that can differ
+between ranks (gloo then aborts on a size mismatch). NCCL's futures run them on the calling thread.
 
 Taught in chapter 04 (appendix 04a, section 4).
 """
@@ -29,8 +35,6 @@ Taught in chapter 04 (appendix 04a, section 4).
 from __future__ import annotations
 
 import contextlib
-import statistics
-import time
 
 import torch
 import torch.distributed as dist
@@ -38,9 +42,12 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
-from course_utils.ddp.overlap import tower
+from course_utils.ddp.overlap import MLPERF_DLRM, dlrm_batch, hidden_ns
+from course_utils.runtime.cluster import installed, timeline
+from course_utils.runtime.timing import now
+from course_utils.workload.models import DLRMConfig
 
-__all__ = ["bf16_hook", "HOOKS", "tap_all_reduce", "powersgd_bytes", "hook_traffic"]
+__all__ = ["bf16_hook", "in_bucket_order", "HOOKS", "tap_all_reduce", "powersgd_bytes", "hook_traffic"]
 
 
 def bf16_hook(process_group, bucket):
@@ -59,12 +66,25 @@ def bf16_hook(process_group, bucket):
     return future.then(decompress)
 
 
+def in_bucket_order(hook):
+    """``hook``, with each bucket's whole exchange (every collective its callbacks start) finished
+    before it returns: the ranks then issue the collectives in the same order, bucket after bucket,
+    wherever the backend runs a future's callbacks. Returns a completed future of the bucket."""
+
+    def ordered(state, bucket):
+        done = torch.futures.Future()
+        done.set_result(hook(state, bucket).wait())
+        return done
+
+    return ordered
+
+
 def _powersgd(rank: int):
     def make():
         state = powerSGD_hook.PowerSGDState(
             process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=2, use_error_feedback=True
         )
-        return state, powerSGD_hook.powerSGD_hook
+        return state, in_bucket_order(powerSGD_hook.powerSGD_hook)
 
     return make
 
@@ -109,42 +129,50 @@ def powersgd_bytes(model: nn.Module, rank: int, min_compression_rate: float = 2)
 
 
 def hook_traffic(
-    names=tuple(HOOKS), width: int = 128, depth: int = 8, rows: int = 256, steps: int = 6
+    names=tuple(HOOKS), config: DLRMConfig = MLPERF_DLRM, rows: int = 512, steps: int = 2
 ) -> dict:
-    """On every rank (call through ``launch``): SGD steps of ``tower(width, depth)`` with torch's DDP
-    under each hook of ``names``. The first two steps are not counted (buckets are rebuilt after
-    the first; PowerSGD compresses from the third).
+    """On every rank (call through ``launch``, with ``cluster=`` to time it): SGD steps of the DLRM
+    ``config`` (``overlap.MLPERF_DLRM``: the dense part of MLPerf's DLRM) on ``rows`` rows of this
+    rank, under PyTorch's DDP with each hook of ``names``. Two steps first, not counted (the buckets
+    are rebuilt at the second; PowerSGD compresses from the third), then ``steps`` counted.
 
     Returns ``{name: {"bytes": bytes given to all_reduce per step, "calls": all-reduces per step,
-    "sizes": the bytes of each all-reduce of the last step, "seconds": median step, the slowest
-    rank's, "weights": this rank's flat parameters [n]}}``.
+    "sizes": the bytes of each all-reduce of the last step, "step_ns": the last step (virtual time
+    on a modeled cluster, else wall time, in ns), "communication_ns" and "hidden_ns" of the last
+    step and its "timeline" (a modeled cluster only: ``overlap.hidden_ns``), "weights": this rank's
+    flat parameters}}``.
     """
-    g = torch.Generator().manual_seed(dist.get_rank())
-    x, y = torch.randn(rows, width, generator=g), torch.randn(rows, 1, generator=g)
+    if installed() is not None and any(name.startswith("PowerSGD") for name in names):
+        raise ValueError(
+            "PowerSGD cannot be timed on a modeled cluster (its callback waits for another "
+            "all-reduce): launch it without cluster= to count its bytes"
+        )
+    dense, sparse, label = dlrm_batch(config, rows, seed=dist.get_rank())
     out = {}
     for name in names:
-        model = DistributedDataParallel(tower(width, depth))
+        model = DistributedDataParallel(config.build(seed=0))
         model.register_comm_hook(*HOOKS[name]())
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-        calls, seconds = [], []
+        calls = []
         for step in range(steps + 2):
-            dist.barrier()
-            start, before = time.monotonic(), len(calls)
+            start, before = now(), len(calls)
             with tap_all_reduce(calls):
-                nn.functional.mse_loss(model(x), y).backward()
+                nn.functional.binary_cross_entropy_with_logits(model(dense, sparse), label).backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            took = torch.tensor([time.monotonic() - start], dtype=torch.float64)
-            dist.all_reduce(took, op=dist.ReduceOp.MAX)
+            end = now()
             if step < 2:
                 del calls[before:]
-            else:
-                seconds.append(took.item())
+        per_step = len(calls) // steps
         out[name] = {
             "bytes": sum(calls) // steps,
-            "calls": len(calls) // steps,
-            "sizes": calls[-(len(calls) // steps) :],
-            "seconds": statistics.median(seconds),
+            "calls": per_step,
+            "sizes": calls[-per_step:],
+            "step_ns": round((end - start) * 1e9),
             "weights": torch.cat([p.detach().reshape(-1) for p in model.parameters()]),
         }
+        if installed() is not None:
+            window = timeline().window(round(start * 1e9), round(end * 1e9))
+            communication, hidden = hidden_ns(window, dist.get_rank())
+            out[name].update(communication_ns=communication, hidden_ns=hidden, timeline=window)
     return out

@@ -1,35 +1,30 @@
-"""How much of the gradient communication DDP hides behind backward, measured on a wire.
+"""How much of the gradient communication DDP hides behind backward, timed on a modeled GPU cluster.
 
-On two CPU cores gloo's all-reduce runs on the same cores as backward, so overlap can hide
-little and the step times say more about core contention than about networks. On a wire
-(``course_utils.runtime.wire``) a message costs what the modeled network says, and waiting for
-it costs no CPU: a bucket in flight really does travel while backward computes, as on a GPU.
+Under ``launch(..., cluster=Cluster(...))`` every operator is priced on the modeled GPU and every
+all-reduce on the modeled network, in virtual time (``course_utils.runtime.cluster``): step times,
+and what overlapped what, are exact and the same on every machine. The ranks still train for real
+(gloo adds the gradients), so PyTorch's own DDP runs beside the course's. Without a cluster the
+same code measures wall time (``timing.now``, the devices synchronised): on GPUs, that is real.
 
-The model trained is the dense tower of a large recommender: ``depth`` square layers of
-``width`` (``tower``), whose gradients arrive one layer after the other during backward, the
-case bucketing is built for. (A DLRM's dense embedding-table gradients come last in backward,
-all at once, with nothing left to hide behind: one more reason why chapter 07 shards the tables
-instead of all-reducing them.)
+The workload is the dense part of MLPerf's DLRM (``MLPERF_DLRM``: the course's DLRM with the MLP
+sizes of MLPerf Training's DLRM on Criteo Terabyte, 2.37 million parameters, 9.5 MB of float32
+gradients), its 26 tables one row each here: at scale the tables are sharded (chapter 07), and
+DDP all-reduces the dense part.
 
-* ``step_seconds``: on every rank, median step time of each variant (naive, bucketed at given
-  bucket sizes, torch DDP), interleaved round by round, and each variant's bucket bytes;
-* ``modeled_communication``: the model's seconds for those buckets' all-reduces;
-* ``predicted_step``: the model's step time at any world size, for the same buckets (a
-  prediction: on two cores more ranks would measure core contention, not the network);
-* ``hidden_fraction``: ``1 - (step on the wire - the same step on plain gloo) / modeled
-  communication``: 1 when all of it hides behind backward, 0 when none does. Both steps run in
-  the same processes, taking turns (``also_on_gloo=True``), so they pay the same DDP
-  bookkeeping (hooks, copies into buckets) and meet the same machine; what differs is the
-  network. (gloo's own all-reduce, a few ms on two cores, counts as hidden: keep the wire's
-  communication well above it.)
+* ``step_profile``: on every rank, one timed SGD step of each variant after its warm-up steps
+  (``"none"``: no communication; ``"naive"``, ``"bucketed"``, ``"torch"``: ``train.wrap``): the
+  step, the wait for the averaged gradients after backward, and, from the rank's timeline, its
+  all-reduces, their time, and how much of it the GPU spent computing (``hidden_ns``);
+* ``step_seconds``: the older measure on a tower of square layers (median step seconds per
+  variant; ``scripts.gpu_report`` times it on real GPUs);
+* ``tower``: that tower.
 
-Taught in chapter 04 (section 5, overlap under a wire, and the bucket-size sweep).
+Taught in chapter 04 (section 5b: overlap, the bucket size, DDP against one GPU).
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
@@ -37,11 +32,18 @@ from torch import nn
 
 from course_utils.ddp.train import wrap
 from course_utils.runtime import compat
+from course_utils.runtime.cluster import ClusterTimeline, installed, timeline
 from course_utils.runtime.hardware import rank_device
-from course_utils.runtime.timing import synchronize
-from course_utils.runtime.wire import Wire, collective_seconds
+from course_utils.runtime.timing import now, synchronize
+from course_utils.workload.models import DLRMConfig
 
-__all__ = ["tower", "step_seconds", "modeled_communication", "hidden_fraction", "predicted_step"]
+__all__ = ["MLPERF_DLRM", "tower", "dlrm_batch", "step_profile", "step_seconds", "hidden_ns"]
+
+#: MLPerf Training's DLRM (Criteo Terabyte, v0.7 to v2.1): embeddings of 128, bottom MLP
+#: 13-512-256-128, top MLP 479-1024-1024-512-256-1; one row per table (sharded at scale).
+MLPERF_DLRM = DLRMConfig((1,) * 26, embedding_dim=128, bottom_mlp=(512, 256), top_mlp=(1024, 1024, 512, 256))
+
+WARMUP = {"none": 0, "naive": 1, "bucketed": 1, "torch": 2}  #: steps before the timed one, by kind
 
 
 def tower(width: int = 512, depth: int = 8, seed: int = 0) -> nn.Sequential:
@@ -54,23 +56,121 @@ def tower(width: int = 512, depth: int = 8, seed: int = 0) -> nn.Sequential:
     return nn.Sequential(*layers, nn.Linear(width, 1))
 
 
+def dlrm_batch(config: DLRMConfig, rows: int, seed: int, device=None) -> tuple[torch.Tensor, ...]:
+    """A random batch for ``config``: ``dense [rows, n_dense]``, ``sparse [rows, T]`` (valid ids),
+    ``label [rows]``."""
+    g = torch.Generator().manual_seed(seed)
+    dense = torch.randn(rows, config.n_dense, generator=g)
+    sparse = torch.stack([torch.randint(0, n, (rows,), generator=g) for n in config.cardinalities], 1)
+    label = torch.randint(0, 2, (rows,), generator=g).float()
+    return (
+        tuple(t.to(device) for t in (dense, sparse, label)) if device is not None else (dense, sparse, label)
+    )
+
+
+def _union(spans) -> list[tuple[int, int]]:
+    merged: list[list[int]] = []
+    for s in sorted(spans, key=lambda s: (s.start_ns, s.end_ns)):
+        if merged and s.start_ns <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], s.end_ns)
+        elif s.end_ns > s.start_ns:
+            merged.append([s.start_ns, s.end_ns])
+    return [(a, b) for a, b in merged]
+
+
+def hidden_ns(line: ClusterTimeline, rank: int) -> tuple[int, int]:
+    """``(communication, hidden)`` nanoseconds of ``rank`` in ``line``: how long its collectives
+    ran (overlapping ones counted once), and for how much of that its compute stream was busy."""
+    comm = _union(s for s in line.on(rank) if s.lane.startswith("collectives"))
+    compute = _union(line.on(rank, "compute"))
+    hidden = sum(
+        max(0, min(end, c_end) - max(start, c_start)) for start, end in comm for c_start, c_end in compute
+    )
+    return sum(end - start for start, end in comm), hidden
+
+
 def _wrapped(model: nn.Module, kind: str, options: dict, group) -> nn.Module:
     if kind == "none":
         return model
-    if group is None:
-        return wrap(model, kind, **options)
-    key = "process_group" if kind == "torch" else "group"
-    return wrap(model, kind, **options, **{key: group})
+    if group is not None:
+        options = {**options, ("process_group" if kind == "torch" else "group"): group}
+    return wrap(model, kind, **options)
 
 
-def _bucket_bytes(model: nn.Module, kind: str) -> list[int]:
-    if kind == "none":
-        return []
+def _step(model, kind, inputs, target, optimizer, device) -> tuple[float, float, float, float]:
+    """One SGD step; ``(start, backward end, gradients synced, end)`` on ``timing.now()``'s clock."""
+    synchronize(device)
+    start = now()
+    optimizer.zero_grad(set_to_none=True)
+    output = model(*inputs).reshape(target.shape)
+    nn.functional.binary_cross_entropy_with_logits(output, target).backward()
+    synchronize(device)
+    backward_end = now()
+    if kind in ("naive", "bucketed"):
+        model.finish_gradient_sync()  # naive: sends everything now; bucketed: waits for the rest
+        synchronize(device)
+    synced = now()
+    optimizer.step()
+    synchronize(device)
+    return start, backward_end, synced, now()
+
+
+def _message_bytes(model: nn.Module, kind: str) -> list[int]:
     if kind == "naive":
         return [p.numel() * p.element_size() for p in model.parameters()]
     if kind == "bucketed":
         return [bucket.nbytes for bucket in model.buckets]
-    return compat.ddp_bucket_sizes(model)["rebuilt"]
+    return compat.ddp_bucket_sizes(model)["rebuilt"] if kind == "torch" else []
+
+
+def step_profile(
+    variants: dict[str, tuple[str, dict]],
+    config: DLRMConfig = MLPERF_DLRM,
+    rows: int = 512,
+    group=None,
+) -> dict:
+    """On every rank of ``launch(..., cluster=...)`` (of ``group``, when given): one timed SGD step
+    of the DLRM ``config`` on ``rows`` rows of this rank's own, for each variant.
+
+    ``variants``: ``{label: (kind, wrap options)}``, kind ``"none"`` (the bare model: one GPU),
+    ``"naive"``, ``"bucketed"`` or ``"torch"``. Every variant starts from the same weights; the
+    timed step follows the steps that rebuild the buckets (``WARMUP``: PyTorch's DDP rebuilds at
+    its second forward). Returns ``{label: {"step_ns", "backward_end_ns" (from the step's start),
+    "wait_ns" (by-hand kinds: waiting for the averaged gradients after backward), "messages" (bytes
+    of each all-reduce: parameters, buckets), "all_reduces", "communication_ns", "hidden_ns",
+    "timeline" (this rank's ``ClusterTimeline`` of the timed step)}}``.
+    """
+    if installed() is None:
+        raise RuntimeError(
+            "step_profile reads the modeled cluster's timeline: launch it with cluster=Cluster(...)"
+        )
+    device = rank_device()
+    inputs = dlrm_batch(config, rows, seed=dist.get_rank(group), device=device)
+    windows, out = {}, {}
+    for label, (kind, options) in variants.items():
+        model = _wrapped(config.build(seed=0).to(device), kind, options, group)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        for _ in range(WARMUP[kind] + 1):
+            start, backward_end, synced, end = _step(model, kind, inputs[:2], inputs[2], optimizer, device)
+        ns = [round(t * 1e9) for t in (start, backward_end, synced, end)]
+        windows[label] = (ns[0], ns[3])
+        out[label] = {
+            "step_ns": ns[3] - ns[0],
+            "backward_end_ns": ns[1] - ns[0],
+            "wait_ns": ns[2] - ns[1],
+            "messages": _message_bytes(model, kind),
+        }
+    line, me = timeline(), dist.get_rank()
+    for label, (start, end) in windows.items():
+        step = line.window(start, end)
+        calls = [
+            s for s in step.on(me) if s.lane.startswith("collectives") and s.name.startswith("all_reduce")
+        ]
+        communication, hidden = hidden_ns(step, me)
+        out[label].update(
+            all_reduces=len(calls), communication_ns=communication, hidden_ns=hidden, timeline=step
+        )
+    return out
 
 
 def step_seconds(
@@ -80,108 +180,39 @@ def step_seconds(
     rows: int = 256,
     steps: int = 6,
     rounds: int = 2,
-    also_on_gloo: bool = False,
 ) -> dict:
-    """On every rank (call through ``launch``): time SGD steps of ``tower`` under each variant.
-
-    ``variants``: ``{label: (kind, wrap options)}``, kind ``"naive"``, ``"bucketed"`` or
-    ``"torch"`` (``ddp.train.wrap``), or ``"none"``: the bare model, no communication at all.
-    Each rank trains on its own random ``[rows, width]`` batch, on its device (its GPU under
-    NCCL, synchronized before each clock reading). The first two steps of each run are not
-    timed (buckets are rebuilt after the first).
-    Returns ``{"seconds": {label: median step seconds, the slowest rank's},
-    "bucket_bytes": {label: [bytes per all-reduce of a step]},
-    "parameters": {label: [this rank's final parameters]},
-    "waits": {label: median seconds a rank still waited for its averaged gradients once backward
-    was done (``finish_gradient_sync``; the slowest rank's), for the by-hand kinds}}``, and with a
-    ``"none"`` variant ``"backward"``: its median backward seconds (this rank's). ``also_on_gloo``:
-    every variant also runs, in turn, on a plain gloo group of the same ranks, its medians in
-    ``"on_gloo"``. (torch's DDP finishes its sync inside ``backward()`` itself, so it has no wait.)
-    """
-    networks = {"default": None}
-    if also_on_gloo:
-        networks["gloo"] = dist.new_group(backend="gloo")
-    times = {(net, label): [] for label in variants for net in networks}  # each variant on both, in turn
-    waits = {label: [] for label, (kind, _) in variants.items() if kind in ("naive", "bucketed")}
-    buckets, parameters, backward = {}, {}, []
+    """On every rank (call through ``launch``): SGD steps of ``tower(width, depth)`` under each
+    variant (as in ``step_profile``), ``steps`` timed after two untimed, ``rounds`` times in turn.
+    Returns ``{"seconds": {label: median step, the slowest rank's}, "bucket_bytes": {label: [bytes
+    per all-reduce]}, "waits": {label: median wait after backward (by-hand kinds)}}``, and with a
+    ``"none"`` variant ``"backward"``: its median forward and backward seconds."""
     device = rank_device()
     g = torch.Generator().manual_seed(dist.get_rank())
     x, y = torch.randn(rows, width, generator=g).to(device), torch.randn(rows, 1, generator=g).to(device)
+    seconds = {label: [] for label in variants}
+    waits = {label: [] for label, (kind, _) in variants.items() if kind in ("naive", "bucketed")}
+    buckets, backward = {}, []
     for _ in range(rounds):
-        for (net, label), (kind, options) in ((key, variants[key[1]]) for key in times):
-            model = _wrapped(tower(width, depth).to(device), kind, options, networks[net])
-            opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        for label, (kind, options) in variants.items():
+            model = _wrapped(tower(width, depth).to(device), kind, options, None)
+            optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
             for step in range(steps + 2):
-                synchronize(device)
                 dist.barrier()
-                start = time.monotonic()
-                opt.zero_grad(set_to_none=True)
-                loss = nn.functional.mse_loss(model(x), y)
-                if kind == "none":
-                    synchronize(device)
-                    backward_start = time.monotonic()
-                loss.backward()
-                if kind == "none" and step >= 2 and net == "default":
-                    synchronize(device)
-                    backward.append(time.monotonic() - backward_start)
-                backward_end = time.monotonic()
-                if kind in ("naive", "bucketed"):
-                    model.finish_gradient_sync()  # naive: sends everything now; bucketed: waits for the rest
-                    synchronize(device)
-                waited = time.monotonic() - backward_end
-                opt.step()
-                synchronize(device)
-                took = torch.tensor([time.monotonic() - start, waited], dtype=torch.float64, device=device)
+                start, backward_end, synced, end = _step(model, kind, (x,), y, optimizer, device)
+                took = torch.tensor([end - start, synced - backward_end], dtype=torch.float64, device=device)
                 dist.all_reduce(took, op=dist.ReduceOp.MAX)
                 if step >= 2:
-                    times[net, label].append(took[0].item())
-                    if label in waits and net == "default":
+                    seconds[label].append(took[0].item())
+                    if label in waits:
                         waits[label].append(took[1].item())
-            if net == "default":
-                buckets[label] = _bucket_bytes(model, kind)
-                parameters[label] = [p.detach().clone() for p in model.parameters()]
-    medians = {key: statistics.median(ts) for key, ts in times.items()}
-    seconds = {label: medians["default", label] for label in variants}
+                    if kind == "none":
+                        backward.append(backward_end - start)
+            buckets[label] = _message_bytes(model, kind)
     result = {
-        "seconds": seconds,
+        "seconds": {label: statistics.median(ts) for label, ts in seconds.items()},
         "bucket_bytes": buckets,
-        "parameters": parameters,
         "waits": {label: statistics.median(ws) for label, ws in waits.items()},
     }
-    if also_on_gloo:
-        result["on_gloo"] = {label: medians["gloo", label] for label in variants}
     if backward:
         result["backward"] = statistics.median(backward)
     return result
-
-
-def modeled_communication(wire: Wire, bucket_bytes: list[int], world_size: int) -> float:
-    """Seconds the wire's model gives one step's all-reduces of ``bucket_bytes``, one after another."""
-    alpha, beta = wire.link(list(range(world_size)))
-    return sum(collective_seconds("all_reduce", n, world_size, alpha, beta) for n in bucket_bytes)
-
-
-def hidden_fraction(step_on_wire: float, step_without: float, communication: float) -> float:
-    """``1 - (step_on_wire - step_without) / communication``: the share of the modeled
-    communication that did not lengthen the step (``step_without``: the same step on gloo)."""
-    if communication <= 0:
-        raise ValueError(f"communication must be positive seconds, got {communication!r}")
-    return 1 - (step_on_wire - step_without) / communication
-
-
-def predicted_step(
-    compute: float, backward: float, bucket_bytes: list[int], wire: Wire, world_size: int
-) -> float:
-    """The step the wire's model predicts: ``compute`` seconds of the step on a free network
-    (DDP's own work included), of which ``backward`` is the backward pass; bucket ``i`` of ``k``
-    is ready ``(i+1)/k`` of the way through backward (layers of equal cost) and queues on the
-    link behind the bucket before it. The step ends with the later of backward and the last
-    all-reduce.
-    """
-    alpha, beta = wire.link(list(range(world_size)))
-    k = len(bucket_bytes)
-    free = 0.0
-    for i, n in enumerate(bucket_bytes):
-        ready = backward * (i + 1) / k
-        free = max(ready, free) + collective_seconds("all_reduce", n, world_size, alpha, beta)
-    return compute + max(0.0, free - backward)

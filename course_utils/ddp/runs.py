@@ -1,67 +1,49 @@
-"""What chapter 04 measures: step times of the DDP variants, and single process vs DataParallel vs DDP.
+"""What chapter 04 measures: DDP against one GPU, and single process vs DataParallel vs DDP.
 
-``step_times`` runs every DDP variant (naive, bucketed, torch) in turn on the same ranks,
-``rounds`` times, interleaved so that each meets the same machine state, and returns each
-one's step times, final weights and all-reduce count: what bucketing saves (fewer,
-overlapped messages) measured.
+``scaling`` times PyTorch's DDP on 1, 2, 4 and 8 modeled GPUs (a modeled cluster, virtual time:
+``overlap.step_profile``), each GPU keeping its own rows: how close w GPUs come to w times one.
 
 ``compare_single_dp_ddp`` trains the same DLRM on the same data with the same
 global batches four ways and returns one row per way: samples/s, wall time, CPU
 time of the busiest process, and the AUC and log loss the model reaches;
-``plot_comparison`` draws it.
+``plot_comparison`` draws the CPU time (the wall time of two shared CPU cores says nothing
+about GPUs).
 
-Taught in chapter 04 (section 5, buckets timed against naive and torch DDP; section 13, single
-process vs DataParallel vs DDP).
+Taught in chapter 04 (section 5b, DDP against one GPU; section 13, single process vs DataParallel
+vs DDP).
 """
 
 from __future__ import annotations
 
+import torch.distributed as dist
 from torch import nn
 
 from course_utils.data_parallel import DataParallelByHand
 from course_utils.data_parallel.gil import one_torch_thread
+from course_utils.ddp.overlap import MLPERF_DLRM, step_profile
 from course_utils.ddp.train import TrainSettings, ddp_worker, train_single
 from course_utils.runtime.hardware import devices
 from course_utils.runtime.launcher import launch
 from course_utils.workload.data import ClickLogs
 from course_utils.workload.models import DLRMConfig
 
-__all__ = ["VARIANTS", "step_times", "compare_single_dp_ddp", "plot_comparison"]
+__all__ = ["scaling", "compare_single_dp_ddp", "plot_comparison"]
 
 
-#: DDP variants ``step_times`` can run: name -> (kind, wrap options). "one bucket" holds every
-#: gradient in a single bucket, which can only leave once backward has finished: no overlap.
-VARIANTS = {
-    "naive": ("naive", {}),
-    "bucketed": ("bucketed", {}),
-    "torch": ("torch", {}),
-    "one bucket": ("bucketed", {"bucket_cap_mb": 1024.0, "first_bucket_cap_mb": 1024.0}),
-}
-
-
-def step_times(
-    data,
-    model_config: DLRMConfig,
-    settings: TrainSettings,
-    variants=("naive", "bucketed", "torch"),
-    rounds: int = 2,
-    warmup_steps: int = 2,
-) -> dict:
-    """On every rank (call through ``launch``): ``rounds`` x each DDP variant, interleaved.
-
-    Returns ``{"seconds": {variant: [step seconds after the first warmup_steps of each run]},
-    "states": {variant: this rank's final state_dict of the last round},
-    "collectives": {variant: all-reduces the last run started (None for torch DDP)}}``.
-    """
-    seconds = {name: [] for name in variants}
-    states, collectives = {}, {}
-    for _ in range(rounds):
-        for name in variants:
-            kind, options = VARIANTS[name]
-            run = ddp_worker(kind, data, model_config, settings, **options)
-            seconds[name] += run.step_seconds[warmup_steps:]
-            states[name], collectives[name] = run.state, run.collectives
-    return {"seconds": seconds, "states": states, "collectives": collectives}
+def scaling(sizes=(1, 2, 4, 8), config: DLRMConfig = MLPERF_DLRM, rows: int = 512) -> dict:
+    """On every rank of ``launch(..., world_size=max(sizes), cluster=...)``: PyTorch's DDP against one
+    GPU. For each ``w`` of ``sizes``, the first ``w`` ranks train the DLRM ``config`` on ``rows`` rows
+    each (``overlap.step_profile``): ``w = 1`` the bare model (one GPU, no DDP), else PyTorch's DDP
+    on a group of those ranks. One launch for every size; each size's steps run after the last's.
+    Returns, on rank 0, ``{w: step_profile's figures}``; ``{}`` on the other ranks."""
+    me, out = dist.get_rank(), {}
+    groups = {w: dist.new_group(list(range(w))) for w in sizes if w > 1}  # every rank creates every group
+    for w in sizes:
+        if me < w:
+            kind = ("none", {}) if w == 1 else ("torch", {})
+            out[w] = step_profile({"step": kind}, config, rows, group=groups.get(w))["step"]
+        dist.barrier()
+    return out if me == 0 else {}
 
 
 def _data_parallel(model: nn.Module) -> nn.Module:
@@ -122,19 +104,21 @@ def compare_single_dp_ddp(
 
 
 def plot_comparison(table, ax=None):
-    """Bar chart of ``samples/s`` per way of training, with each bar's AUC written on it."""
+    """Bar chart of ``CPU s busiest`` per way of training (this machine's CPU seconds), with each
+    bar's AUC written on it."""
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3), dpi=90)
     colours = ["#888888", "#d98c3f", "#3f7fd9", "#2a5599"][: len(table)]
-    bars = ax.barh(table.index[::-1], table["samples/s"][::-1], color=colours[::-1])
+    column = table["CPU s busiest"]
+    bars = ax.barh(table.index[::-1], column[::-1], color=colours[::-1])
     for bar, auc in zip(bars, table["AUC"][::-1], strict=False):
         ax.text(
             bar.get_width(), bar.get_y() + bar.get_height() / 2, f"  AUC {auc:.3f}", va="center", fontsize=9
         )
-    ax.set_xlabel("training samples / second (higher is better)")
-    ax.set_xlim(0, table["samples/s"].max() * 1.35)
+    ax.set_xlabel("CPU seconds of the busiest process, this machine (lower: the work is spread)")
+    ax.set_xlim(0, column.max() * 1.35)
     ax.set_title("Same DLRM, same data, same global batch")
     plt.tight_layout()
     return ax
