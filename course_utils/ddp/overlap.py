@@ -180,13 +180,18 @@ def step_seconds(
     rows: int = 256,
     steps: int = 6,
     rounds: int = 2,
+    device=None,
 ) -> dict:
     """On every rank (call through ``launch``): SGD steps of ``tower(width, depth)`` under each
     variant (as in ``step_profile``), ``steps`` timed after two untimed, ``rounds`` times in turn.
+    ``device``: where the tower and its ``[rows, width]`` batch live, the rank's own by default;
+    ``"meta"`` on a modeled cluster prices them at full size and computes nothing (the by-hand
+    kinds only: PyTorch's DDP checks the parameters' shapes across ranks, which meta cannot).
     Returns ``{"seconds": {label: median step, the slowest rank's}, "bucket_bytes": {label: [bytes
     per all-reduce]}, "waits": {label: median wait after backward (by-hand kinds)}}``, and with a
     ``"none"`` variant ``"backward"``: its median forward and backward seconds."""
-    device = rank_device()
+    mine = rank_device()
+    device = torch.device(device) if device is not None else mine
     g = torch.Generator().manual_seed(dist.get_rank())
     x, y = torch.randn(rows, width, generator=g).to(device), torch.randn(rows, 1, generator=g).to(device)
     seconds = {label: [] for label in variants}
@@ -198,8 +203,8 @@ def step_seconds(
             optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
             for step in range(steps + 2):
                 dist.barrier()
-                start, backward_end, synced, end = _step(model, kind, (x,), y, optimizer, device)
-                took = torch.tensor([end - start, synced - backward_end], dtype=torch.float64, device=device)
+                start, backward_end, synced, end = _step(model, kind, (x,), y, optimizer, mine)
+                took = torch.tensor([end - start, synced - backward_end], dtype=torch.float64, device=mine)
                 dist.all_reduce(took, op=dist.ReduceOp.MAX)
                 if step >= 2:
                     seconds[label].append(took[0].item())
