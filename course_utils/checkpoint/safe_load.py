@@ -71,7 +71,7 @@ class _MetadataUnpickler(pickle.Unpickler):
             found = getattr(torch, name)
         elif (module, name) == ("torch.serialization", "_get_layout"):  # a name -> torch.layout lookup
             found = getattr(torch.serialization, name)
-        elif module == "pathlib" and name in _PATHS:
+        elif module in ("pathlib", "pathlib._local") and name in _PATHS:  # _local: Python 3.13
             found = getattr(pathlib, name)
         elif (module, name) == ("collections", "OrderedDict"):
             found = collections.OrderedDict
