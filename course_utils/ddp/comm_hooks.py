@@ -175,4 +175,5 @@ def hook_traffic(
             window = timeline().window(round(start * 1e9), round(end * 1e9))
             communication, hidden = hidden_ns(window, dist.get_rank())
             out[name].update(communication_ns=communication, hidden_ns=hidden, timeline=window)
+    dist.barrier()  # every rank's hooks done before any rank returns and its group is torn down
     return out
