@@ -51,7 +51,7 @@ def split_step(
     part = partition_sequential(model, sizes or p)[rank]
     first, last = rank == 0, rank == p - 1
     dist.barrier()  # every rank starts together
-    t0, events = now(), []
+    t0, events = _origin(), []
 
     def timed(kind, fn, *args):
         start = (now() - t0) * 1e3
@@ -73,6 +73,17 @@ def split_step(
         "step_ms": (now() - t0) * 1e3,
         "timeline": cluster.timeline() if cluster.installed() is not None else None,
     }
+
+
+def _origin() -> float:
+    """The step's time zero, the same on every rank: on a modeled cluster the barrier has lined
+    up the virtual clocks; on wall time each rank leaves the barrier when the OS runs it, so the
+    ranks take rank 0's reading (one monotonic clock serves every process of a machine)."""
+    if cluster.installed() is not None:
+        return now()
+    origin = [now()]
+    dist.broadcast_object_list(origin, src=0)
+    return origin[0]
 
 
 def _recv(buffer: torch.Tensor, src: int) -> torch.Tensor:
