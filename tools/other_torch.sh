@@ -4,29 +4,33 @@
 # must hold there too), optionally after the unit tests. Used by .ci/run (the torch floor, Colab's
 # pair) and by hand for the README's "Tested on" table (Kaggle's torch, the newest release).
 #
-#   tools/other_torch.sh 2.9.1 --unit-tests --older-isa     # CI part 2: the floor, SSE4.2 kernels
-#   tools/other_torch.sh 2.11.0 --python 3.13 --tests tests/test_cluster_ranks.py   # CI part 3
-#   tools/other_torch.sh 2.10.0                             # Kaggle's torch
+#   tools/other_torch.sh 2.9.1 --unit-tests --older-isa --tests tests/test_cluster_ranks.py  # CI part 3
+#   tools/other_torch.sh 2.11.0 --python 3.13 --tests tests/test_cluster_ranks.py           # CI part 4
+#   tools/other_torch.sh 2.10.0 --all-tests                 # Kaggle's torch, by hand
 #
 # --python X.Y   a Python X.Y found on PATH (pythonX.Y) or under pyenv; it fails loudly if none is
-# --unit-tests   run `pytest tests -m "not wheel"` before the notebooks
+# --unit-tests   run the unit tier (`pytest tests --unit`: no processes, no notebooks) first
+# --all-tests    run every test file (`pytest tests -m "not wheel"`) first
 # --tests FILE   also run this test file before the notebooks (repeatable)
 # --older-isa    ATen's and MKL's kernels held to older vector instructions
 #                (ATEN_CPU_CAPABILITY=default, MKL_ENABLE_INSTRUCTIONS=SSE4_2)
-# --venv DIR     where the venv goes (default .venv-torch-VERSION)
+# --venv DIR     where the venv goes (default .venv-torch-VERSION); an existing one is reused
+# --prepare      build the venv and stop (.ci/run builds them while its first parts run)
 # torch releases are CUDA builds on Linux (several GB); they run on the CPU.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-usage() { sed -n '2,16p' "$0" >&2; exit 2; }
+usage() { sed -n '2,19p' "$0" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 version=$1
 shift
-python_version="" unit=0 isa=() venv="" tests=()
+python_version="" unit="" isa=() venv="" tests=() prepare=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --python) python_version=${2:?--python needs X.Y}; shift 2 ;;
-        --unit-tests) unit=1; shift ;;
+        --unit-tests) unit=(--unit); shift ;;
+        --all-tests) unit=(-m "not wheel"); shift ;;
+        --prepare) prepare=1; shift ;;
         --older-isa) isa=(ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2); shift ;;
         --venv) venv=${2:?--venv needs a folder}; shift 2 ;;
         --tests) tests+=("${2:?--tests needs a test file}"); shift 2 ;;
@@ -67,14 +71,15 @@ pip install --quiet -r requirements.txt || exit 1
 python -c "import sys, torch; print('torch', torch.__version__, 'on Python', sys.version.split()[0]); \
 sys.exit(not torch.__version__.startswith('$version'))" || exit 1
 echo "other_torch.sh: venv ready after $(( $(date +%s) - start )) s"
+[ "$prepare" -eq 0 ] || exit 0
 
 rc=0
-if [ "$unit" -eq 1 ]; then
+if [ -n "$unit" ]; then
     # the wheel's tests (build, install, run from outside the checkout) test packaging, which no
     # torch release changes: the README's command runs them once, on the course's torch
-    python -m pytest -q tests -m "not wheel"
+    env "${isa[@]}" python -m pytest -q tests "${unit[@]}"
     rc=$?
-    echo "other_torch.sh: unit tests on torch $version: exit $rc after $(( $(date +%s) - start )) s"
+    echo "other_torch.sh: tests (${unit[*]}) on torch $version: exit $rc after $(( $(date +%s) - start )) s"
 fi
 if [ "$rc" -eq 0 ] && [ "${#tests[@]}" -gt 0 ]; then
     env "${isa[@]}" python -m pytest -q "${tests[@]}"
