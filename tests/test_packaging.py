@@ -92,7 +92,7 @@ def test_what_the_code_imports_is_declared():
                 top = name.split(".")[0]
                 if top not in stdlib and top not in local:
                     found.setdefault(pip_name.get(top, top).lower().replace("_", "-"), path.name)
-    # tried and skipped when absent: TorchRec (CI part 4), NVML's bindings; selenium drives a browser
+    # tried and skipped when absent: TorchRec (CI part 5), NVML's bindings; selenium drives a browser
     # for tools/widgets_in_browser.py, a check by hand
     optional = {"torchrec", "fbgemm-gpu", "pynvml", "psutil", "selenium"}
     missing = {k: v for k, v in found.items() if k not in declared and k not in optional}

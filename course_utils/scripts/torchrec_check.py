@@ -14,7 +14,7 @@ weights. A type TorchRec refuses on CPU is reported with TorchRec's message.
 A combination that installs beside torch 2.13.0 (torchrec and fbgemm-gpu-cpu with
 ``pip install --no-deps``): torchrec 1.8.0, fbgemm-gpu-cpu 1.8.0, tensordict, torchmetrics,
 lightning-utilities, pyre-extensions, typing-inspect, mypy-extensions, tqdm, pyvers, orjson,
-cloudpickle (the exact pins: ``.ci/run``, part 4).
+cloudpickle (the exact pins: ``.ci/run``, part 5).
 
 Taught in chapter 07 (appendix 07a, section 2: TorchRec's sharding types on CPU).
 """
