@@ -9,10 +9,8 @@ finished can still be killed by SIGABRT while Python shuts down, when a gloo wor
 releasing the last collective's tensors, asks for the GIL after the interpreter began to exit
 (pytorch/pytorch#190489). On GPUs (NCCL) the canonical script needs no wrapper.
 
-Still needed on every supported torch. A 15-line script (DDP, 3 backward passes, 3 all-reduces,
-``destroy_process_group``, then a plain exit) run 40 times under ``torchrun`` on 2 ranks of a
-2-core machine (busy with other work) aborted this way ("terminate called without an active
-exception", SIGABRT) in 11 runs with torch 2.13, 1 with torch 2.9.1 and 12 with torch 2.11.
+Still needed on every supported torch: ``rank_exit``'s docstring gives the runs that show it
+("terminate called without an active exception", SIGABRT, with a plain exit).
 
 Taught in chapter 04 (section 8, the footnote to PyTorch's canonical DDP script).
 """

@@ -22,7 +22,6 @@ from course_utils.workload.data.criteo import (
     CRITEO_1TB_ROWS_PER_DAY,
     CRITEO_1TB_TRAIN_ROWS,
     CRITEO_KAGGLE_CARDINALITIES,
-    CRITEO_KAGGLE_ROWS,
     read_criteo_tsv,
 )
 from course_utils.workload.data.criteo_convert import BadLineError, ConversionReport, from_criteo
@@ -76,7 +75,6 @@ __all__ = [
     "sparse_columns",
     "BLOCK_ROWS",
     "CRITEO_KAGGLE_CARDINALITIES",
-    "CRITEO_KAGGLE_ROWS",
     "CRITEO_1TB_CARDINALITIES",
     "CRITEO_1TB_ROWS",
     "CRITEO_1TB_ROWS_PER_DAY",

@@ -24,7 +24,6 @@ from course_utils.workload.data.logs import ClickLogs
 __all__ = [
     "CRITEO_KAGGLE_CARDINALITIES",
     "CRITEO_1TB_CARDINALITIES",
-    "CRITEO_KAGGLE_ROWS",
     "CRITEO_1TB_ROWS",
     "CRITEO_1TB_ROWS_PER_DAY",
     "CRITEO_1TB_TRAIN_ROWS",
@@ -61,7 +60,6 @@ CRITEO_KAGGLE_CARDINALITIES = (
     105,
     142572,
 )
-CRITEO_KAGGLE_ROWS = 45_840_617
 
 #: Table sizes of the MLPerf DLRM benchmark on the Criteo 1TB logs
 #: (ids of each column hashed to at most 40 million).
