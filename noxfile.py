@@ -7,13 +7,13 @@
     nox -s regenerate -- 04         # re-execute chapter 04's notebooks and solution, outputs stored
     nox -s stress -- 04 [--runs N]  # chapter 04's notebooks N times in a row (tools/stress.py)
     nox -s site                     # the course as a website, into build/site/ (site/build.py)
-
-A chapter's notebooks are its main path and its appendices (``04a_...``).
     nox -s ci                       # .ci/run, exactly as CI runs it (it builds its own venvs)
 
-Sessions reuse their venv (``reuse_venv``); ``nox -R`` skips the install step too. torch is
-installed first as ``$COURSE_TORCH`` (default ``torch==2.13.0``, the CPU build CI uses), so pip
-never replaces it with another build. CI itself starts from bare Python, without nox (.ci/run).
+A chapter's notebooks are its main path and its appendices (``04a_...``). Sessions reuse their venv
+(``reuse_venv``); ``nox -R`` skips the install step too. torch is installed first as
+``$COURSE_TORCH`` (default: the course's torch from pyproject.toml's ``[tool.course.matrix]``, the
+CPU build CI uses), so pip never replaces it with another build; ruff is the matrix's too. CI itself
+starts from bare Python, without nox (.ci/run).
 
 Not taught in a chapter: the maintainers' loop (CONTRIBUTING.md, "The dev loop").
 """
@@ -35,11 +35,12 @@ nox.options.reuse_venv = "yes"
 nox.options.sessions = ["lint", "unit"]
 
 ROOT = Path(__file__).parent
-RUFF = "ruff==0.17.6"  # the version .ci/run pins; .pre-commit-config.yaml says the same
+MATRIX = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["course"]["matrix"]  # the pins
+RUFF = f"ruff=={MATRIX['ruff']}"  # as .ci/run installs it; tests/test_packaging.py checks pre-commit's
 
 
 def _install(session: nox.Session) -> None:
-    session.install(os.environ.get("COURSE_TORCH", "torch==2.13.0"))
+    session.install(os.environ.get("COURSE_TORCH", f"torch=={MATRIX['course']['torch']}"))
     session.install("-e", ".[notebook,test]")
 
 

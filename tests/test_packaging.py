@@ -6,6 +6,7 @@ They must agree (same packages, same floors, the same torch floor as
 
 import ast
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -30,12 +31,16 @@ def _specs(lines) -> dict:
     return found
 
 
-def _project() -> dict:
+def _toml() -> dict:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover
         import tomli as tomllib
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _project() -> dict:
+    return _toml()["project"]
 
 
 def _pyproject() -> dict:
@@ -52,12 +57,31 @@ def test_requirements_txt_installs_pyproject_with_its_extras():
     assert {"notebook", "test", "dev"} <= set(_project()["optional-dependencies"])
 
 
-def test_environment_yml_installs_conda_torch_then_pyproject():
+CONDA_NAME = {"torch": "pytorch"}  # conda-forge's name where it differs from pip's
+
+
+def test_environment_yml_names_each_dependency_from_conda_forge():
+    """Every dependency of pyproject.toml's main list and notebook and test extras is a conda-forge
+    package in environment.yml, under its conda-forge name with pyproject's version spec (or a pip
+    line, for what conda-forge lacks); the course itself is pip's ``-e .`` with those extras."""
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    assert env["channels"] == ["conda-forge"]
     conda = _specs(d for d in env["dependencies"] if isinstance(d, str))
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
-    assert conda.pop("pytorch") == _pyproject()["torch"]  # conda-forge's name for torch, same floor
-    assert set(conda) == {"python", "pip"} and pip == [INSTALL_LINE]
+    assert conda.pop("python") == _project()["requires-python"] and conda.pop("pip") == ""
+    assert pip[-1] == INSTALL_LINE
+    from_pip = _specs(pip[:-1])
+    wanted = dict(_pyproject())
+    for extra in ("notebook", "test"):
+        wanted |= _specs(e.split(";")[0] for e in _project()["optional-dependencies"][extra])
+    wrong = {
+        name: (spec, conda.get(CONDA_NAME.get(name, name)), from_pip.get(name))
+        for name, spec in wanted.items()
+        if spec not in (conda.get(CONDA_NAME.get(name, name)), from_pip.get(name))
+    }
+    assert not wrong, f"(pyproject's spec, environment.yml's conda spec, its pip spec) differ: {wrong}"
+    extra = set(conda) - {CONDA_NAME.get(n, n) for n in wanted}
+    assert not extra, f"environment.yml names packages pyproject.toml does not: {sorted(extra)}"
 
 
 def test_what_the_code_imports_is_declared():
@@ -100,16 +124,18 @@ def test_what_the_code_imports_is_declared():
 
 
 def test_pyproject_and_environment_yml_state_the_torch_floor():
+    """The matrix's floor (major.minor) is TORCH_FLOOR, pyproject's ``torch>=`` and conda's ``pytorch>=``."""
     floor = ">=" + ".".join(map(str, course_utils.TORCH_FLOOR))
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     assert _pyproject()["torch"] == floor and f"pytorch{floor}" in env["dependencies"]
+    assert floor == ">=" + _release(_matrix()["floor"]["torch"])
 
 
 def test_an_older_torch_gets_one_line_at_import():
     note = course_utils.torch_floor_note("2.7.1+cu126")
     assert note is not None and "\n" not in note and "older than 2.9" in note
-    assert course_utils.torch_floor_note("2.9.1+cu128") is None
-    assert course_utils.torch_floor_note("2.13.0+cpu") is None
+    assert course_utils.torch_floor_note(_matrix()["floor"]["torch"] + "+cu128") is None
+    assert course_utils.torch_floor_note(_matrix()["course"]["torch"] + "+cpu") is None
     assert course_utils.torch_floor_note("2.10.0a0+git1234") is None
 
 
@@ -233,3 +259,144 @@ def test_the_setup_check_installs_what_is_missing_but_never_torch(monkeypatch):
         f"pandas{_pyproject()['pandas']}",
         f"pyarrow{_pyproject()['pyarrow']}",
     ]
+
+
+def _matrix() -> dict:
+    """pyproject.toml's ``[tool.course.matrix]``: every version the course is installed, tested or
+    linted with (tools/matrix.py prints one for shell)."""
+    return _toml()["tool"]["course"]["matrix"]
+
+
+def _release(version: str) -> str:
+    """``2.9.1`` -> ``2.9``: the release a floor like ``torch>=2.9`` names."""
+    return ".".join(version.split(".")[:2])
+
+
+_V = r"(\d+\.\d+(?:\.\d+)?)"  # a version, two or three parts
+_V3 = r"(\d+\.\d+\.\d+)"  # a version, three parts
+
+
+def _pin_rules(m: dict) -> list[tuple[re.Pattern, set[str], str]]:
+    """``(pattern, the values it may capture, what the matrix calls it)``: pins, then the prose forms
+    that state the matrix (a release named with its role: the floor, Colab's pair, the course's torch)."""
+    torches = {t["torch"] for t in m.values() if isinstance(t, dict) and "torch" in t}
+    torchrec = dict(p.split("==") for p in m["torchrec"]["no-deps"] + m["torchrec"]["deps"])
+    env = dict(e.split("=") for e in m["floor"]["env"])
+
+    def either(version: str) -> set[str]:  # the full version or its release
+        return {version, _release(version)}
+
+    rules = [
+        (r"(?<![\w-])torch==" + _V, torches, "torches"),
+        (r"(?<![\w-])ruff==" + _V, {m["ruff"]}, "ruff"),
+        (r"(?<![\w-])(?:py)?torch>=" + _V, {_release(m["floor"]["torch"])}, "floor.torch, as major.minor"),
+        (r"(?<![\w-])torch[\s`(]{1,3}" + _V3 + r"(?![\d.])", torches, "torches"),
+        (_V + r"[\s,)]{1,3}(?:is\s+)?\(?the floor\b", either(m["floor"]["torch"]), "floor.torch"),
+        (r"Colab['’]s pair.{0,40}?Python\s+" + _V, {m["colab"]["python"]}, "colab.python"),
+        (r"Colab['’]s (?:pair.{0,60}?)?torch\W{1,3}" + _V, either(m["colab"]["torch"]), "colab.torch"),
+        (r"Kaggle['’]s torch\W{1,3}" + _V, either(m["kaggle"]["torch"]), "kaggle.torch"),
+        (r"the course['’]s\W{1,3}torch\W{1,3}" + _V, either(m["course"]["torch"]), "course.torch"),
+        (r"TorchRec\s+" + _V3 + r"\s+beside", {torchrec["torchrec"]}, "torchrec's pin"),
+    ]
+    rules += [(rf"(?<![\w-]){re.escape(n)}==" + _V, {v}, f"{n}'s pin") for n, v in torchrec.items()]
+    rules += [(rf"\b{k}=(\w+)", {v}, f"floor.env's {k}") for k, v in env.items()]
+    return [(re.compile(p), allowed, name) for p, allowed, name in rules]
+
+
+_TEXT = {".py", ".md", ".toml", ".yml", ".yaml", ".txt", ".cfg", ".sh", ".ipynb", ".sbatch", ".js", ".css"}
+_NOT_SOURCE = {"build", "dist", "data", "__pycache__", "node_modules"}
+
+
+def _source_files():
+    """The repository's text files: what git tracks, less what .gitignore keeps out (venvs, builds);
+    walked without git, so the check runs from any copy of the checkout."""
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if d not in _NOT_SOURCE and not d.endswith(".egg-info") and (not d.startswith(".") or d == ".ci")
+        )
+        here = Path(folder)
+        for name in sorted(files):
+            if Path(name).suffix in _TEXT or here.name == ".ci":
+                yield here / name
+
+
+def _lines(path: Path):
+    """``(where, line)`` for each line a reader maintains: a notebook's cell sources (its outputs are
+    records of a run) and, in README.md, everything but the "Tested on" table's rows."""
+    rel = path.relative_to(ROOT).as_posix()
+    if path.suffix == ".ipynb":
+        for c, cell in enumerate(json.loads(path.read_text())["cells"]):
+            for n, line in enumerate("".join(cell["source"]).splitlines(), 1):
+                yield f"{rel} cell {c} line {n}", line
+        return
+    tested_on = False
+    for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        if rel == "README.md" and line.startswith("#"):
+            tested_on = line.lstrip("#").strip() == "Tested on"
+        if not (tested_on and line.startswith("|")):
+            yield f"{rel}:{n}", line
+
+
+def test_every_pin_in_the_repository_is_the_matrix():
+    """Every version pin in the repository's text (code, configuration, docs, notebook cells) is the
+    one pyproject.toml's ``[tool.course.matrix]`` holds: ``torch==``, ``ruff==``, TorchRec's set
+    (``torchrec==``, ``fbgemm-gpu-cpu==`` and the packages installed beside them), the floor as
+    ``torch>=`` (``pytorch>=`` in environment.yml) and its instruction-set flags, and prose that names
+    a release with its role ("torch X.Y.Z, the floor", "Colab's pair, Python X.Y with torch X.Y.Z",
+    "Kaggle's torch (X.Y)", "TorchRec X.Y.Z beside", "the course's torch X.Y.Z"). A full torch
+    version in prose ("torch X.Y.Z") must be one of the matrix's torches.
+
+    Left out, as records of runs rather than statements of the matrix: the README's "Tested on"
+    table (each row names the torch that ran) and notebook outputs. A release named in two parts
+    without a role ("in torch 2.11 and 2.13", "12 of 36 runs on 2.11"), a feature's first release
+    ("torch >= 2.12 takes --shutdown-timeout") and another TorchRec ("torchrec 1.9.2 does not load")
+    speak of that release, not of the matrix, and are not checked. Where code needs the course's own
+    torch it reads the matrix (noxfile.py, .ci/run, tools/other_torch.sh), so moving the course to
+    another torch is one line.
+    """
+    rules = _pin_rules(_matrix())
+    may_pin = re.compile(r"\d\.\d|_CAPABILITY=|_INSTRUCTIONS=")  # every rule's match has one
+    wrong = []
+    for path in _source_files():
+        for where, line in _lines(path):
+            for pattern, allowed, name in rules if may_pin.search(line) else ():
+                for found in pattern.finditer(line):
+                    if found.group(1) not in allowed:
+                        wrong.append(f"{where}: {found.group(0)!r}; the matrix's {name}: {sorted(allowed)}")
+    assert not wrong, "pins that differ from pyproject.toml's [tool.course.matrix]:\n" + "\n".join(wrong)
+
+
+def test_pre_commit_runs_the_matrix_ruff():
+    """pre-commit cannot read TOML: each hook that runs ruff pins the matrix's ruff, and a hook
+    repository of ruff's (if one is used) is at the matching tag."""
+    ruff = _matrix()["ruff"]
+    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    hooks = [(repo, hook) for repo in config["repos"] for hook in repo["hooks"]]
+    ruff_hooks = [
+        (repo, hook) for repo, hook in hooks if "ruff" in hook.get("entry", "") or "ruff" in repo["repo"]
+    ]
+    assert ruff_hooks, "no ruff hook in .pre-commit-config.yaml"
+    for repo, hook in ruff_hooks:
+        if repo["repo"] == "local":
+            assert hook["additional_dependencies"] == [f"ruff=={ruff}"], hook["id"]
+        else:
+            assert repo["rev"] == f"v{ruff}", repo["repo"]
+
+
+def test_tools_matrix_prints_one_value_or_one_line_naming_the_keys(capsys):
+    """tools/matrix.py, what shell reads the matrix with: a value, a list as words, and an unknown
+    key as one line on stderr (exit 2) that names the keys there are."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("matrix_tool", ROOT / "tools" / "matrix.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    m = _matrix()
+    assert tool.main(["course.torch"]) == 0 and capsys.readouterr().out == m["course"]["torch"] + "\n"
+    assert tool.main(["floor.env"]) == 0 and capsys.readouterr().out.split() == m["floor"]["env"]
+    for bad in ("floor", "colab.cuda", "nope"):
+        assert tool.main([bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and repr(bad) in err and "course.torch" in err

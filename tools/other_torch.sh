@@ -3,35 +3,45 @@
 # course installed in it, then nbval over every chapter and worked solution (their stored outputs
 # must hold there too), optionally after the unit tests. Used by .ci/run (the torch floor, Colab's
 # pair) and by hand for the README's "Tested on" table (Kaggle's torch, the newest release).
+# The first argument is a torch version, or a name from pyproject.toml's [tool.course.matrix]
+# (course, floor, colab, kaggle, newest): its torch, and its Python where it names one (colab).
 #
-#   tools/other_torch.sh 2.9.1 --unit-tests --older-isa --tests tests/test_cluster_ranks.py  # CI part 3
-#   tools/other_torch.sh 2.11.0 --python 3.13 --tests tests/test_cluster_ranks.py           # CI part 4
-#   tools/other_torch.sh 2.10.0 --all-tests                 # Kaggle's torch, by hand
+#   tools/other_torch.sh floor --unit-tests --older-isa --tests tests/test_cluster_ranks.py  # CI part 3
+#   tools/other_torch.sh colab --tests tests/test_cluster_ranks.py                           # CI part 4
+#   tools/other_torch.sh kaggle --all-tests                 # Kaggle's torch, by hand
+#   tools/other_torch.sh 2.12.0                             # any release
 #
 # --python X.Y   a Python X.Y found on PATH (pythonX.Y) or under pyenv; it fails loudly if none is
 # --unit-tests   run the unit tier (`pytest tests --unit`: no processes, no notebooks) first
 # --all-tests    run every test file (`pytest tests -m "not wheel"`) first
 # --tests FILE   also run this test file before the notebooks (repeatable)
-# --older-isa    ATen's and MKL's kernels held to older vector instructions
-#                (ATEN_CPU_CAPABILITY=default, MKL_ENABLE_INSTRUCTIONS=SSE4_2)
+# --older-isa    ATen's and MKL's kernels held to older vector instructions (the matrix's floor.env:
+#                ATEN_CPU_CAPABILITY=default, MKL_ENABLE_INSTRUCTIONS=SSE4_2)
 # --venv DIR     where the venv goes (default .venv-torch-VERSION); an existing one is reused
 # --prepare      build the venv and stop (.ci/run builds them while its first parts run)
 # torch releases are CUDA builds on Linux (several GB); they run on the CPU.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-usage() { sed -n '2,19p' "$0" >&2; exit 2; }
+usage() { sed -n '2,23p' "$0" >&2; exit 2; }
 [ $# -ge 1 ] || usage
-version=$1
+matrix() { python3 tools/matrix.py "$1" || exit 2; }  # a value of pyproject.toml's version matrix
+version=$1 python_version=""
 shift
-python_version="" unit="" isa=() venv="" tests=() prepare=0
+case "$version" in
+    [0-9]*) ;;
+    *) name=$version
+       version=$(matrix "$name.torch") || exit 2
+       python_version=$(python3 tools/matrix.py "$name.python" 2>/dev/null) ;;  # where it names one
+esac
+unit="" isa=() venv="" tests=() prepare=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --python) python_version=${2:?--python needs X.Y}; shift 2 ;;
         --unit-tests) unit=(--unit); shift ;;
         --all-tests) unit=(-m "not wheel"); shift ;;
         --prepare) prepare=1; shift ;;
-        --older-isa) isa=(ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2); shift ;;
+        --older-isa) read -ra isa <<<"$(matrix floor.env)" && [ "${#isa[@]}" -gt 0 ] || exit 2; shift ;;
         --venv) venv=${2:?--venv needs a folder}; shift 2 ;;
         --tests) tests+=("${2:?--tests needs a test file}"); shift 2 ;;
         *) usage ;;
