@@ -167,10 +167,6 @@ def test_by_hand_equals_nn_data_parallel_on_two_gpus(logs):
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6)
 
 
-def test_quiz_03_answers_are_what_the_code_computes():
-    assert len({sum(bytes_sent_per_step(4096, 4, s)) for s in SCHEMES}) == 1  # question 7: same total bytes
-
-
 def test_single_process_twin_runs_where_the_ranks_would(monkeypatch, logs):
     """train_single's default device is rank 0's of world_size ranks; a parallel wrapper places the model."""
     from course_utils.ddp import train as ddp_train

@@ -95,15 +95,3 @@ def test_ddp_from_parquet_partitions_equals_one_process_on_the_same_global_batch
     single = train_single(str(parquet_4rg), CONFIG, settings, world_size=2)
     assert len(ranks[0].step_loss) == 2 * (1500 // 128)  # full batches of the smaller share
     assert max_difference(ranks[0].state, single.state) < 1e-6
-
-
-def test_quiz_04_answers_are_what_the_code_computes():
-    from torch.utils.data import DistributedSampler
-
-    shares = [list(DistributedSampler(range(10), num_replicas=4, rank=r, shuffle=False)) for r in range(4)]
-    read = [i for share in shares for i in share]  # question 7: 10 rows on 4 ranks
-    assert [len(s) for s in shares] == [3] * 4 and len(read) == 12
-    assert sorted(i for i in set(read) if read.count(i) == 2) == [0, 1] and set(read) == set(range(10))
-    assert sampler_indices(100, 0, 2, epoch=1, set_epoch=False) == sampler_indices(
-        100, 0, 2, epoch=0
-    )  # question 6

@@ -94,20 +94,6 @@ def test_killing_a_node_needs_torchrun_as_the_parent():
         job_events.torchrun_agent()
 
 
-def test_quiz_08_redone_steps_follow_from_the_checkpoint_interval():
-    from course_utils import quiz
-
-    answer = {q.number: q.options[q.answer] for q in quiz.load(8).questions}[4]
-    every, killed_before = 5, 14
-    last_saved = (killed_before - 1) // every * every
-    assert (
-        answer
-        == "Steps "
-        + ", ".join(map(str, range(last_saved + 1, killed_before - 1)))
-        + f" and {killed_before - 1}"
-    )
-
-
 def test_two_local_elastic_nodes_get_their_own_gpus_or_gloo(monkeypatch, tmp_path):
     from course_utils.runtime import runner
 

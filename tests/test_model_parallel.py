@@ -151,19 +151,3 @@ def test_embedding_tables_on_devices_look_up_the_same_rows():
     assert place_embedding_tables(model, devs, balance=False) == [0, 1, 0, 1]
     assert place_embedding_tables(model, devs) == [1, 1, 0, 1]  # 300 rows alone vs 50 + 7 + 20
     torch.testing.assert_close(lookup_placed(model, sparse, devs[0]), expected)
-
-
-def test_quiz_05_numbers():
-    """Quiz 05 answers the code computes."""
-    from course_utils.model_parallel.activation_memory import layer_output_bytes, saved_for_backward
-    from course_utils.pipeline import gpipe, simulate
-
-    t = simulate(gpipe(4, 1))  # Q2: 4 parts, one batch
-    assert t.bubble_fraction == 0.75 and all(t.idle(d) / t.makespan == 0.75 for d in range(4))
-    layers = [nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4).to("meta")]  # Q3: meta stands in for cuda:1
-    with pytest.raises(RuntimeError, match="not on the expected device"):
-        nn.Sequential(*layers)(torch.randn(2, 16))
-    part, x = make_model(layers=4, width=1024), torch.randn(512, 1024)  # Q4
-    assert round(x.nbytes / 1e6, 1) == 2.1
-    assert round(saved_for_backward(part, x).activation_bytes / 1e6, 1) == 10.5
-    assert round(layer_output_bytes(part, x) / 1e6, 1) == 16.8

@@ -239,3 +239,49 @@ def test_format_bytes():
     assert format_bytes(512) == "512 B"
     assert format_bytes(1536) == "1.5 KiB"
     assert format_bytes(3 * 2**30) == "3 GiB"
+
+
+# --- chapter 01's prose on the MLPerf DLRM-DCNv2 tables (the figures it states, recomputed) -----
+
+# MLPerf Training's DLRM-DCNv2 (rounds v3.0 on): the reference's --num_embeddings_per_feature,
+# from the README of recommendation_v2/torchrec_dlrm in github.com/mlcommons/training
+DCNV2_ROWS = (
+    40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10,
+    2209, 11938, 155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36,
+)  # fmt: skip
+MLPERF = DLRMConfig(
+    data.CRITEO_1TB_CARDINALITIES, embedding_dim=128, bottom_mlp=(512, 256), top_mlp=(1024, 1024, 512, 256)
+)
+
+
+def _chapter01_text() -> str:
+    import json
+    from pathlib import Path
+
+    notebook = Path(__file__).resolve().parent.parent / "chapters" / "01_why_distribute.ipynb"
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return " ".join(" ".join("".join(c["source"]).split()) for c in cells if c["cell_type"] == "markdown")
+
+
+def test_chapter01_dcnv2_tables_against_the_original_benchmarks():
+    assert len(DCNV2_ROWS) == 26 and DCNV2_ROWS.count(40_000_000) == 5
+    assert round(sum(DCNV2_ROWS) / 1e6) == 204 and round(sum(data.CRITEO_1TB_CARDINALITIES) / 1e6) == 188
+    dcnv2 = memory_report(DLRMConfig(DCNV2_ROWS, embedding_dim=128)).loc["embeddings", "weights"]
+    original = memory_report(MLPERF).loc["embeddings", "weights"]
+    assert round(dcnv2 / 2**30) == 97 and round(original / 2**30, 1) == 89.5
+    text = _chapter01_text()
+    for claim in (
+        "Five of them have exactly 40 million rows",
+        "all 26 hold 204 million rows against 188 million",
+        "about 97 GiB instead of 89.5 GiB",
+    ):
+        assert claim in text, claim
+
+
+def test_chapter01_the_dcnv2_reference_tables_cost_weights_and_adagrad_state():
+    """Fused Adagrad keeps one state value per parameter and stores no whole gradient: 8 bytes per
+    parameter, what memory_report counts for SGD with dense gradients."""
+    sgd = memory_report(MLPERF, optimizer="sgd").loc["embeddings"]
+    adagrad = memory_report(MLPERF, optimizer="adagrad").loc["embeddings"]
+    assert adagrad["weights"] + adagrad["optimizer_state"] == sgd["training_total"] == 8 * sgd["parameters"]
+    assert "8 bytes per parameter, what our SGD column counts" in _chapter01_text()

@@ -43,6 +43,7 @@ PM = [(p, m) for p in range(1, 7) for m in range(p, 17)]
 
 @pytest.mark.parametrize("p,m", PM)
 def test_gpipe_and_1f1b_bubble_is_p_minus_1_over_m_plus_p_minus_1(p, m):
+    assert gpipe_bubble_fraction(p, m) == (p - 1) / (m + p - 1)
     for schedule in (gpipe(p, m), one_f_one_b(p, m)):
         t = simulate(schedule, Costs(F=1, B=1, W=1))
         assert abs(t.bubble_fraction - (p - 1) / (m + p - 1)) < TOL
@@ -209,18 +210,6 @@ def test_plots_label_bars_and_print_idle_share():
     fig = plot_bubble_sweep(2, [2, 4, 8])
     assert len(fig.axes[0].lines) == 10  # a formula line and simulated markers per schedule
     matplotlib.pyplot.close("all")
-
-
-def test_quiz_06_numbers():
-    """Quiz 06 answers the code computes."""
-    assert gpipe_bubble_fraction(4, 12) == 0.2  # Q2
-    assert simulate(one_f_one_b(4, 8)).peak_activations()[0] == 4  # Q3
-    assert simulate(gpipe(4, 8)).peak_activations()[0] == 8  # Q3
-    assert interleaved_bubble_ratio(4, 12, 2) == 3 / 24  # Q4
-    assert simulate(zero_bubble_h1(4, 8)).idle(0) == 3 and simulate(one_f_one_b(4, 8)).idle(0) == 9  # Q5
-    action = {m: Costs(F=8 / m + 0.5, B=0, W=0) for m in (2, 4, 8, 16)}  # Q8: 8 ms of work, 0.5 ms per action
-    forward_ms = {m: simulate(gpipe(2, m), [cost] * 2).makespan for m, cost in action.items()}
-    assert forward_ms == {2: 13.5, 4: 12.5, 8: 13.5, 16: 17.0}
 
 
 def test_unequal_stages_the_slowest_sets_the_pace():

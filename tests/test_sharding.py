@@ -169,29 +169,6 @@ def test_budget_refuses_what_does_not_fit_before_allocating():
         sharding.MemoryBudget(1, optimizer="lion")
 
 
-def test_quiz_07_answers_are_what_the_code_computes():
-    from course_utils import quiz
-    from course_utils.workload import data
-
-    answers = {q.number: q.options[q.answer] for q in quiz.load(7).questions}
-    assert answers[1] == f"{sharding.formula('table_wise', 1000, 10, 32, 4)['embeddings']:,}"
-    ratio = (
-        sharding.formula("row_wise", 1000, 10, 32, 8, routed=[[0] * 8] * 8)["embeddings"]
-        / sharding.formula("table_wise", 1000, 10, 32, 8)["embeddings"]
-    )
-    assert answers[2] == f"{ratio:g}"
-    logs = data.make_click_logs(2048, seed=0)
-    routed = sharding.routed_ids(
-        sharding.plan_row_wise(logs.cardinalities, 16, 4, split="range"),
-        list(torch.from_numpy(logs.sparse).split(512)),
-    )
-    received = [sum(row[s] for row in routed) for s in range(4)]
-    assert received.index(max(received)) == 0 and answers[5].startswith("Rank 0")
-    plain = sharding.MemoryBudget(1, optimizer="adam").training_bytes(100_000 * 16)
-    fused = 4 * (100_000 * 16 + 100_000)  # weights + one row-wise Adagrad float per row, no gradient
-    assert answers[7] == f"{plain:,} and {fused:,}"
-
-
 def test_the_busiest_rank_sets_the_pace_not_the_total():
     from course_utils.sharding import busiest_rank_bytes
 

@@ -1,4 +1,7 @@
-"""Sources of the numbers in quiz 02's answer explanations (see tests/test_quiz_figures.py)."""
+"""Sources of the numbers in quiz 02's answers (see tests/test_quiz_figures.py)."""
+
+MiB = 2**20
+RANKS = "all_to_all needs ranks: test_collectives.py::test_all_to_all_transposes_the_pieces_as_quiz_02_says"
 
 
 def _ring_share(numel, world_size):
@@ -15,16 +18,57 @@ def _nvlink():
     return NETWORKS["nvlink"]
 
 
+def _bandwidth(kind):
+    """Question 3: a 64 MiB all-reduce in 0.1 s on 4 ranks, in GB/s."""
+    from course_utils.collectives import bandwidth
+
+    if kind == "bus":
+        return bandwidth.bus_bandwidth(64 * MiB, 0.1, 4) / 1e9
+    return bandwidth.algorithm_bandwidth(64 * MiB, 0.1) / 1e9
+
+
+def _latency_bound() -> bool:
+    """Question 6: on the chapter's node, latency is over 99% of a 1 KB all-reduce's time."""
+    from course_utils.collectives import bandwidth
+
+    node = bandwidth.AlphaBeta(alpha=_nvlink().latency_s, beta=_nvlink().bandwidth_Bps, world_size=8)
+    return node.latency_share(1 << 10) > 0.99
+
+
+def _gloo_serves_more_ranks_than_gpus() -> bool:
+    """Question 8: on a machine with 2 GPUs (and NCCL), 4 ranks get gloo; NCCL refuses them."""
+    from unittest import mock
+
+    from course_utils.runtime import hardware
+
+    with mock.patch.object(hardware, "gpu_count", lambda: 2):
+        with mock.patch.object(hardware.dist, "is_nccl_available", lambda: True):
+            try:
+                hardware.pick_backend(4, "nccl")
+            except ValueError as e:
+                refused = "needs one GPU per rank" in str(e)
+            else:
+                refused = False
+            return refused and hardware.pick_backend(4) == "gloo" and hardware.pick_backend(2) == "nccl"
+
+
 FIGURES = {
+    # the collective starts at the last rank's arrival and lasts the modeled 100 us (a closed form:
+    # the modeled cluster's group needs ranks)
+    1: {"350": Computed(lambda: max(100, 250) + 100)},
     2: {
+        "96": Computed(lambda: _ring_share((64 * MiB) // 4, 4) * 64),  # MB of a 64 MB tensor
         "16": Computed(lambda: 64 / 4),
         "0.75": Computed(lambda: 3 / 4),  # (w - 1) / w for 4 ranks
         "1.5": Computed(lambda: _ring_share(16 << 20, 4)),
     },
     3: {
-        "67.1": Computed(lambda: 64 * 2**20 / 1e6),
+        "1.0": Computed(lambda: _bandwidth("bus")),
+        "0.67": Computed(lambda: _bandwidth("algorithm")),
+        "67.1": Computed(lambda: 64 * MiB / 1e6),
         "1.5": Computed(lambda: _ring_share(16 << 20, 4)),
     },
+    4: {"21": Exempt(RANKS), "31": Exempt(RANKS)},
     6: {
         "450": Computed(lambda: _nvlink().bandwidth_Bps / 1e9),
         "14": Computed(lambda: 2 * (8 - 1)),  # the ring's steps on 8 ranks
@@ -34,4 +78,9 @@ FIGURES = {
         "32": Computed(lambda: 1024 / 4 / 8),  # float32 values in one step's chunk of 1 KB
         "512": InChapter("512 B"),  # the sweep's smallest size
     },
+}
+
+CLAIMS = {
+    6: (Claim("Latency: the `2 (w - 1) * alpha` term", _latency_bound),),
+    8: (Claim("`gloo`", _gloo_serves_more_ranks_than_gpus),),
 }
