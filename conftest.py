@@ -36,7 +36,6 @@ CHAPTER_OF_FILE = {
     "test_hardware.py": (0,),
     "test_notebook_helpers.py": (0,),
     "test_checks.py": (0,),
-    "test_chapter01_facts.py": (1,),
     "test_data.py": (1,),
     "test_criteo.py": (1,),
     "test_criteo_job.py": (1, 8),
