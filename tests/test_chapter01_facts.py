@@ -9,6 +9,8 @@ import torch
 from course_utils.workload import data
 from course_utils.workload.models import DLRMConfig, memory_report
 
+pytestmark = pytest.mark.chapter(1)
+
 ANSWERS = (Path(__file__).resolve().parent.parent / "quiz" / "chapter01-answers.md").read_text(
     encoding="utf-8"
 )

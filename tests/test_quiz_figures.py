@@ -15,6 +15,8 @@ from figure_sources import load_spec, matches, needs_source, numbers, output_lin
 
 from course_utils import quiz
 
+pytestmark = pytest.mark.chapter()
+
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = Path(__file__).resolve().parent / "quiz_figures"
 CHECKED = (0, 1, 2, 3, 4)  # the chapters whose quizzes must have a spec
