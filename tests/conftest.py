@@ -1,4 +1,6 @@
-"""Fixtures shared by the unit tests."""
+"""Fixtures shared by the test files (with tests/helpers/: no test file imports another)."""
+
+import gc
 
 import matplotlib
 import pytest
@@ -27,3 +29,15 @@ def agg_backend():
     matplotlib.use("Agg")
     yield
     matplotlib.use(before)
+
+
+@pytest.fixture
+def no_garbage_before_fork():
+    """Collect garbage here before launch() forks ranks. A failed launch leaves garbage (held by the
+    exception's traceback) that owns native threads; collected inside a forked rank, its destructor
+    would abort that rank (std::system_error, "Invalid argument"). The ranks gc.freeze() what they
+    inherit (launcher/rank_entry.py), so that no longer happens; collecting here still keeps the
+    garbage of a module's deliberately failing launches out of the next forks. A module asks for it
+    with ``pytest.mark.usefixtures("no_garbage_before_fork")`` (test_ddp.py, test_ddp_data.py,
+    test_loaders.py)."""
+    gc.collect()

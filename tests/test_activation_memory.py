@@ -6,6 +6,8 @@ from torch import nn
 
 from course_utils.model_parallel.activation_memory import layer_output_bytes, saved_for_backward
 
+pytestmark = pytest.mark.chapter(5)
+
 F32 = 4  # bytes per float32
 
 

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.launches
+pytestmark = [pytest.mark.chapter(8), pytest.mark.launches]
 
 
 def test_four_interruptions_lose_nothing_and_leave_nothing(tmp_path):

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.chapter()
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "chapters").glob("[0-9][0-9]*.ipynb")) + sorted(
     (ROOT / "solutions").glob("chapter[0-9][0-9].ipynb")

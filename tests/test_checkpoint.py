@@ -17,6 +17,8 @@ from course_utils.workload.data import Batch
 from course_utils.workload.models import DLRM, DLRMConfig
 from course_utils.workload.train import make_optimizer, train_step
 
+pytestmark = pytest.mark.chapter(8)
+
 CARDS = data.criteo_cardinalities(1 / 1000)
 LOGS = data.make_click_logs(2048, seed=4, cardinalities=CARDS)
 
@@ -59,6 +61,7 @@ def _ddp_run(path, stop_after, resume):
     }
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("stop_after", [5])  # an epoch is 4 steps: stop inside the second
 def test_rank0_checkpoint_resume_is_bit_identical(tmp_path, stop_after):
     path = tmp_path / "checkpoint.pt"
@@ -120,16 +123,19 @@ def row_wise_checkpoint(tmp_path_factory):
     return path, _resume_check(path, "row_wise", 4)
 
 
+@pytest.mark.launches
 def test_sharded_dcp_resume_is_bit_identical_row_wise_4_ranks(row_wise_checkpoint):
     path, tables = row_wise_checkpoint
     assert len(tables) == len(CARDS) and (path / ".metadata").exists()
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("kind", ["table_wise", "column_wise"])
 def test_sharded_dcp_resume_is_bit_identical_2_ranks(tmp_path, kind):
     _resume_check(tmp_path, kind, 2)
 
 
+@pytest.mark.launches
 def test_dcp_loads_into_another_world_size_and_plan(row_wise_checkpoint):
     path, tables = row_wise_checkpoint
 
@@ -157,6 +163,7 @@ def test_dcp_loads_into_another_world_size_and_plan(row_wise_checkpoint):
                 assert torch.equal(weight, shard.of(tables[shard.table])) and adam_step == 4.0
 
 
+@pytest.mark.launches
 def test_hash_split_cannot_be_checkpointed_as_dtensor(tmp_path):
     def save():
         model = hybrid.HybridDLRM(DLRMConfig(tuple(CARDS)), "row_wise", split="hash")

@@ -16,6 +16,8 @@ from course_utils.checkpoint.background import (
     train_big_table,
 )
 
+pytestmark = [pytest.mark.chapter(8), pytest.mark.launches]
+
 SMALL = dict(rows=1000, dim=8, global_batch=64, samples=512)  # 8 steps an epoch
 
 

@@ -4,8 +4,12 @@ checkpoint is complete; the production job's checkpoint holds tensors only."""
 
 from pathlib import Path
 
+import pytest
+
 from course_utils.checkpoint import checkpoints, latest_complete, step_of
 from course_utils.checkpoint.folders import prunable
+
+pytestmark = pytest.mark.chapter(8)
 
 
 def _folders(root: Path, complete: list[int], incomplete: list[int] = ()) -> None:

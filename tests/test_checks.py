@@ -6,6 +6,8 @@ import torch
 
 from course_utils.runtime.checks import check_choice, check_ids, check_sizes, check_whole, check_width
 
+pytestmark = pytest.mark.chapter(0)
+
 
 def test_check_ids_one_id_per_table_or_bags():
     cards = [3, 5]

@@ -28,7 +28,7 @@ from course_utils.runtime.cluster import (
 from course_utils.runtime.cluster.clock import RankClock, Ready
 from course_utils.runtime.cluster.roofline import op_cost
 
-pytestmark = pytest.mark.usefixtures("agg_backend")
+pytestmark = [pytest.mark.chapter(2), pytest.mark.usefixtures("agg_backend")]
 
 PEAKS = {"float32": 100e12, "tf32": 400e12, "float16": 800e12, "bfloat16": 800e12}
 GPU = Device(

@@ -28,6 +28,8 @@ from course_utils import launch
 from course_utils.runtime import compat, hardware
 from course_utils.runtime.cluster import Cluster, ClusterTimeline, installed, modeled_ns, timeline
 
+pytestmark = [pytest.mark.chapter(2, 4, 6), pytest.mark.launches]
+
 HERE = Path(__file__).resolve().parent
 STORED = HERE / "cluster_timelines.json"
 H100 = Cluster("h100", "nvlink")

@@ -8,7 +8,7 @@ import socket
 import pytest
 import torch
 import torch.distributed as dist
-import torch.distributed.distributed_c10d as c10d
+from helpers.p2p import LoneP2PError, only_batched_p2p
 
 from course_utils import launch
 from course_utils.collectives import (
@@ -21,6 +21,8 @@ from course_utils.collectives import (
     ring_schedule,
     runs,
 )
+
+pytestmark = pytest.mark.chapter(2)
 
 # Shapes: odd lengths, lengths smaller than the world size, multi-dimensional, empty.
 SHAPES = [(1,), (2,), (3,), (5,), (7,), (13,), (1000,), (1001,), (4, 3), (2, 3, 5), (0,), (65537,)]
@@ -63,12 +65,14 @@ def compare_ring_with_all_reduce(segment_bytes, shapes=SHAPES, plain=False):
     return failures
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_ring_all_reduce_equals_dist_all_reduce(world_size):
     results = launch(compare_ring_with_all_reduce, 1 << 20, world_size=world_size, timeout=90)
     assert results == [[]] * world_size
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_plain_ring_all_reduce_equals_dist_all_reduce(world_size):
     results = launch(compare_ring_with_all_reduce, None, SHAPES, True, world_size=world_size, timeout=90)
@@ -94,10 +98,12 @@ def plain_ring_on_a_subgroup_in_pairs():
     return torch.equal(t, expected) and pairs
 
 
+@pytest.mark.launches
 def test_plain_ring_on_a_subgroup_posts_one_pair_per_step():
     assert launch(plain_ring_on_a_subgroup_in_pairs, world_size=4, timeout=60) == [True] * 4
 
 
+@pytest.mark.launches
 def test_ring_all_reduce_in_many_segments():
     # 40-byte segments: the chunks of all but the shortest tensors travel in several pieces
     shapes = [s for s in SHAPES if math.prod(s) < 10_000]
@@ -119,6 +125,7 @@ def ring_on_subgroups_and_views():
     return t.tolist() == expected.tolist(), m.tolist()
 
 
+@pytest.mark.launches
 def test_ring_all_reduce_on_a_subgroup_and_a_strided_view():
     results = launch(ring_on_subgroups_and_views, world_size=4, timeout=60)
     assert [same for same, _ in results] == [True] * 4
@@ -130,52 +137,6 @@ def test_ring_all_reduce_on_a_subgroup_and_a_strided_view():
 
 
 # --- every send posted with its receive (batch_isend_irecv), never alone -------------------
-
-
-class LoneP2PError(AssertionError):
-    pass
-
-
-@contextlib.contextmanager
-def only_batched_p2p():
-    """Inside it, isend / irecv raise unless ``batch_isend_irecv`` calls them, send / recv always.
-
-    Yields the list of batches posted, each a list of (op name, peer global rank). P2POp
-    accepts only c10d's own ``isend`` / ``irecv`` and ``batch_isend_irecv`` calls them through
-    ``P2POp.op``, so the guards replace the names in ``torch.distributed`` and in c10d alike.
-    """
-    names = ("isend", "irecv", "send", "recv", "batch_isend_irecv")
-    originals = {name: getattr(c10d, name) for name in names}
-    saved = {name: getattr(dist, name) for name in names}
-    batches, inside = [], [False]
-
-    def guard(name):
-        def guarded(*args, **kwargs):
-            if not inside[0] or name in ("send", "recv"):
-                raise LoneP2PError(f"dist.{name} called on its own, outside batch_isend_irecv")
-            return originals[name](*args, **kwargs)
-
-        guarded.__name__ = name
-        return guarded
-
-    def batch_isend_irecv(ops):
-        batches.append([(op.op.__name__, op.peer) for op in ops])
-        inside[0] = True
-        try:
-            return originals["batch_isend_irecv"](ops)
-        finally:
-            inside[0] = False
-
-    replacements = {name: guard(name) for name in names[:4]} | {"batch_isend_irecv": batch_isend_irecv}
-    try:
-        for name, fn in replacements.items():
-            setattr(c10d, name, fn)
-            setattr(dist, name, fn)
-        yield batches
-    finally:
-        for name in names:
-            setattr(c10d, name, originals[name])
-            setattr(dist, name, saved[name])
 
 
 def guard_refuses_lone_p2p():
@@ -190,6 +151,7 @@ def guard_refuses_lone_p2p():
     return refused
 
 
+@pytest.mark.launches
 def test_the_guard_refuses_lone_sends_and_receives():
     assert launch(guard_refuses_lone_p2p, world_size=2, timeout=60) == [["isend", "irecv"]] * 2
 
@@ -233,12 +195,14 @@ def ring_with_only_batched_p2p(sizes, segment_bytes):
     return failures
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_ring_pairs_every_send_with_its_receive_and_equals_all_reduce(world_size):
     results = launch(ring_with_only_batched_p2p, SIZES, 1 << 20, world_size=world_size, timeout=120)
     assert results == [[]] * world_size
 
 
+@pytest.mark.launches
 def test_ring_pairs_sends_and_receives_in_uneven_segments():
     # 40-byte segments (5 int64): chunks of 6 and 5 elements travel in 2 and 1 segments
     sizes = [1, 2, 3, 16, 17, 101]
@@ -264,6 +228,7 @@ def ring_on_a_subgroup_with_only_batched_p2p():
     return True
 
 
+@pytest.mark.launches
 def test_ring_on_a_subgroup_addresses_global_ranks_in_batches():
     assert launch(ring_on_a_subgroup_with_only_batched_p2p, world_size=4, timeout=60) == [True] * 4
 
@@ -282,6 +247,7 @@ def ring_bad_inputs():
     return errors
 
 
+@pytest.mark.launches
 def test_ring_all_reduce_rejects_bad_input():
     errors = launch(ring_bad_inputs, world_size=2, timeout=60)[0]
     assert errors[0] == "TypeError: ring_all_reduce needs a torch.Tensor, got list"
@@ -307,6 +273,7 @@ def test_ring_schedule_every_rank_ends_with_every_chunk():
 # --- every collective demo, against its definition --------------------------------------
 
 
+@pytest.mark.launches
 def test_every_collective_demo_on_four_ranks():
     w = 4
     results = runs.gather_results(launch(runs.run_all, world_size=w, timeout=60))
@@ -334,6 +301,7 @@ def test_every_collective_demo_on_four_ranks():
         assert results[name][0] == start, name
 
 
+@pytest.mark.launches
 def test_barrier_demo_nobody_leaves_before_the_last_arrives():
     per_rank = launch(runs.demo_barrier, world_size=3, timeout=60)
     timing = [extra for _, _, extra in per_rank]
@@ -345,6 +313,7 @@ def test_barrier_demo_nobody_leaves_before_the_last_arrives():
     assert last >= 0.1, timing  # rank 2 slept 100 ms (at least: time.sleep never wakes early)
 
 
+@pytest.mark.launches
 def test_send_recv_demo_odd_world_leaves_the_last_rank_alone():
     results = runs.gather_results(launch(runs.run_all, world_size=3, timeout=60))
     assert results["send/recv"][1] == [[10, 11, 12], [0, 1, 2], [20, 21, 22]]
@@ -399,6 +368,7 @@ def small_sweep():
     return bandwidth.sweep({"gloo": dist.all_reduce, "ring": ring_all_reduce}, [1 << 10, 1 << 16], repeats=2)
 
 
+@pytest.mark.launches
 def test_sweep_rows():
     rows = launch(small_sweep, world_size=2, timeout=60)[0]
     assert [(r["name"], r["nbytes"]) for r in rows] == [
@@ -418,6 +388,7 @@ def modeled_sweep(sizes):
     return bandwidth.sweep({"all_reduce": dist.all_reduce}, sizes, repeats=2, max_calls=3, device="meta")
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("device, network, ranks", [("h100", "nvlink", 4), ("t4", "pcie-gen3", 2)])
 def test_sweep_on_a_modeled_cluster_is_the_network_model_exactly(device, network, ranks):
     """Under a cluster the stopwatch reads virtual time: every figure is the ring's alpha-beta time,
@@ -472,6 +443,7 @@ def init_alone(port, timeout, rank=0):
     return None
 
 
+@pytest.mark.launches
 def test_a_rank_that_never_joins():
     port = free_port()
     reason, message = launch(init_alone, port, 1, world_size=1, init_group=False, timeout=60)[0]
@@ -479,6 +451,7 @@ def test_a_rank_that_never_joins():
     assert message.startswith(f"only 1 of 2 ranks joined the group at 127.0.0.1:{port} within 1 s")
 
 
+@pytest.mark.launches
 def test_a_rank_whose_rank_0_never_starts():
     port = free_port()
     reason, message = launch(
@@ -496,6 +469,7 @@ def test_other_init_errors_are_not_disguised():
     assert not isinstance(info.value, GroupInitError)  # passed on as PyTorch raised it
 
 
+@pytest.mark.launches
 def test_a_port_already_in_use():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -517,6 +491,7 @@ def init_without_torchrun():
         return exc.reason, str(exc)
 
 
+@pytest.mark.launches
 def test_env_init_without_torchrun_names_the_missing_variables():
     reason, message = launch(init_without_torchrun, world_size=1, init_group=False, timeout=60)[0]
     assert reason == "environment"
@@ -535,6 +510,7 @@ def test_a_world_size_the_devices_cannot_serve():
 # --- what needs ranks behind a quiz answer (the rest: tests/quiz_figures/chapter02.py) -------
 
 
+@pytest.mark.launches
 def test_all_to_all_transposes_the_pieces_as_quiz_02_says():
     from course_utils import quiz
 
@@ -598,6 +574,7 @@ def check_uneven_exchange(per_rank):
         assert [p.tolist() for p in parts] == [list(map(float, range(j + 1))) for j in range(w)]
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_all_to_all_uneven_and_all_gather_uneven(world_size):
     check_uneven_exchange(launch(uneven_exchange, world_size=world_size, timeout=60))
@@ -615,6 +592,7 @@ def uneven_bad_counts():
     return errors
 
 
+@pytest.mark.launches
 def test_all_to_all_uneven_rejects_counts_that_do_not_fit():
     errors = launch(uneven_bad_counts, world_size=2, timeout=60)[0]
     assert "values has 3 rows, send_counts adds up to 2" in errors[0]
@@ -624,6 +602,7 @@ def test_all_to_all_uneven_rejects_counts_that_do_not_fit():
 # --- what work.wait() orders (collectives.streams): the CPU twin of tests/gpu ---------------
 
 
+@pytest.mark.launches
 def test_wait_on_gloo_blocks_the_host_until_the_work_is_done():
     from course_utils.collectives import streams
 
@@ -653,6 +632,7 @@ def skip_a_collective():
     return flight_recorder.recorded_collectives()
 
 
+@pytest.mark.launches
 def test_the_flight_recorder_names_the_collective_a_rank_never_reached():
     from course_utils.collectives import flight_recorder
 

@@ -13,6 +13,8 @@ from course_utils import launch
 from course_utils.runtime import compat, versions
 from course_utils.runtime.launcher.output import engine_line, show_rank_output
 
+pytestmark = pytest.mark.chapter(2, 7)
+
 
 def _pieces(rank, world, dtype, uneven=False):
     """Rank r's piece for rank j: values 100 r + 10 j + k, 2 of them (j + 1 if ``uneven``)."""
@@ -43,6 +45,7 @@ def all_to_all_both_ways():
     return failures, sorted(versions._LACK_ALL_TO_ALL)
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_all_to_all_and_its_fallback_give_the_definition(world_size):
     results = launch(all_to_all_both_ways, world_size=world_size, timeout=60)
@@ -79,6 +82,7 @@ def all_to_all_where_the_backend_refuses():
     return results, len(calls), sorted(versions._LACK_ALL_TO_ALL)
 
 
+@pytest.mark.launches
 def test_all_to_all_falls_back_to_pairs_and_remembers():
     for results, calls, lacking in launch(all_to_all_where_the_backend_refuses, world_size=3, timeout=60):
         assert results == [True, True]
@@ -99,6 +103,7 @@ def all_to_all_other_errors_are_raised():
         dist.all_to_all = real
 
 
+@pytest.mark.launches
 def test_all_to_all_does_not_hide_other_errors():
     assert launch(all_to_all_other_errors_are_raised, world_size=2, timeout=60) == ["something else"] * 2
 
@@ -114,11 +119,13 @@ def pairs_on_a_subgroup():
     return [int(o.item()) for o in outs]
 
 
+@pytest.mark.launches
 def test_pairs_on_a_subgroup_use_group_ranks():
     # group [0, 2]: rank 0 sends 0 to itself and 1 to rank 2; rank 2 sends 20 to rank 0 and keeps 21
     assert launch(pairs_on_a_subgroup, world_size=4, timeout=60) == [[0, 20], [10, 30], [1, 21], [11, 31]]
 
 
+@pytest.mark.launches
 def test_pairs_check_the_number_of_pieces():
     def wrong_count():
         try:
@@ -153,6 +160,7 @@ def p2p_batches_posted():
     return batches
 
 
+@pytest.mark.launches
 def test_every_send_is_posted_with_the_receives_in_one_batch():
     for rank, batches in enumerate(launch(p2p_batches_posted, world_size=3, timeout=60)):
         others = [peer for peer in range(3) if peer != rank]
@@ -182,6 +190,7 @@ def stage_handshake_dtypes():
     ]
 
 
+@pytest.mark.launches
 @pytest.mark.skipif(
     not hasattr(PipelineStage, "_get_init_p2p_neighbors_ops"),
     reason="this torch's PipelineStage has no neighbour handshake (torch 2.15 dropped it)",
@@ -274,6 +283,7 @@ def ddp_buckets_with_one_ignored():
     return first, compat.ddp_bucket_sizes(ddp)
 
 
+@pytest.mark.launches
 def test_ddp_bucket_sizes_before_and_after_the_rebuild_without_the_ignored():
     four = 4  # bytes per float32
     weight1, bias1, weight0 = 300 * 2000 * four, 2000 * four, 4 * 300 * four  # 0.bias ignored

@@ -16,6 +16,8 @@ from course_utils.workload.data import criteo_read
 from course_utils.workload.data.criteo_convert import default_buckets
 from course_utils.workload.data.criteo_parse import BAD_KINDS
 
+pytestmark = pytest.mark.chapter(1)
+
 
 def line(label, ints, cats) -> str:
     """One Criteo line: ``None`` writes an empty (missing) field."""

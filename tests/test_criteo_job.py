@@ -10,7 +10,7 @@ import pytest
 
 from course_utils.workload import data
 
-pytestmark = pytest.mark.launches
+pytestmark = [pytest.mark.chapter(1, 8), pytest.mark.launches]
 
 
 def shell(*args: str, cwd, timeout: float = 240) -> subprocess.CompletedProcess:

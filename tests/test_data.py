@@ -13,6 +13,8 @@ import torch
 from course_utils.workload import data
 from course_utils.workload.metrics import auc
 
+pytestmark = pytest.mark.chapter(1)
+
 SMALL_CARDS = [3, 10, 100, 1000]
 
 
@@ -252,6 +254,7 @@ def test_repartition_keeps_rows_and_order(tmp_path):
         data.write_parquet(logs, tmp_path / "c.parquet", row_groups=0)
 
 
+@pytest.mark.launches
 def test_repartition_command_line(tmp_path):
     logs = data.make_click_logs(100, seed=0, cardinalities=SMALL_CARDS)
     src = data.write_parquet(logs, tmp_path / "a.parquet", row_groups=3)

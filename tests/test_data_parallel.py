@@ -1,9 +1,8 @@
 """DataParallel by hand (course_utils.data_parallel) against single-device training and nn.DataParallel."""
 
-import itertools
-
 import pytest
 import torch
+from helpers.training import train_sgd
 from torch import nn
 
 from course_utils import gpu_count
@@ -21,6 +20,8 @@ from course_utils.data_parallel.traffic import SCHEMES, bytes_sent_per_step
 from course_utils.ddp import TrainSettings, max_difference, train_single
 from course_utils.workload import data
 from course_utils.workload.models import DLRM, DLRMConfig
+
+pytestmark = pytest.mark.chapter(3)
 
 CARDS = [3, 16, 100, 400]
 CPU2 = [torch.device("cpu")] * 2
@@ -109,21 +110,6 @@ def test_errors_name_the_problem():
 
     with pytest.raises(RuntimeError, match="replica 0 on cpu failed: KeyError"):
         DataParallelByHand(Broken(), CPU2)(torch.ones(4, 2))
-
-
-def train_sgd(model, logs, steps, batch_size=1024, lr=0.1):
-    """Chapter 03's loop: SGD on the first ``steps`` batches, where the model's parameters are.
-    ``model`` may be wrapped (``nn.DataParallel``, ``DataParallelByHand``). Returns the losses."""
-    home = next(model.parameters()).device
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    losses = []
-    for b in itertools.islice(logs.batches(batch_size), steps):
-        loss = bce(model(b.dense.to(home), b.sparse.to(home)), b.label.to(home))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
-    return losses
 
 
 @pytest.mark.skipif(gpu_count() > 0, reason="the CPU twin of tests/gpu/test_data_parallel_gpus.py")

@@ -1,7 +1,5 @@
 """DDP by hand (naive, bucketed) against torch DDP and single-process training on the global batch."""
 
-import gc
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -24,20 +22,16 @@ from course_utils.ddp import (
 from course_utils.workload import data
 from course_utils.workload.models import DLRMConfig
 
+pytestmark = [
+    pytest.mark.chapter(4),
+    pytest.mark.launches,
+    pytest.mark.usefixtures("no_garbage_before_fork"),  # tests/conftest.py
+]
+
 CARDS = [3, 16, 100, 400, 1000]
 CONFIG = DLRMConfig(CARDS, n_dense=4, embedding_dim=8, bottom_mlp=(16,), top_mlp=(16,))
 SGD = TrainSettings(global_batch_size=512, max_steps=12, optimizer="sgd", lr=0.1)
 ADAM = TrainSettings(global_batch_size=512, max_steps=12, optimizer="adam", lr=3e-3)
-
-
-@pytest.fixture(autouse=True)
-def no_garbage_before_fork():
-    """Collect garbage here before launch() forks ranks. A failed launch leaves garbage (held by the
-    exception's traceback) that owns native threads; collected inside a forked rank, its destructor
-    would abort that rank (std::system_error, "Invalid argument"). The ranks gc.freeze() what they
-    inherit (launcher/rank_entry.py), so that no longer happens; collecting here still keeps the
-    garbage of this module's deliberately failing launches out of the next forks."""
-    gc.collect()
 
 
 @pytest.fixture(scope="module")

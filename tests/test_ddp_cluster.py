@@ -20,6 +20,8 @@ from course_utils.runtime.cluster import ClusterTimeline, Span, collective_secon
 from course_utils.workload.models import DLRMConfig
 from course_utils.workload.resnet import RESNET50_PARAMETERS, resnet50
 
+pytestmark = pytest.mark.chapter(4)
+
 TINY = DLRMConfig((3, 5, 7), n_dense=4, embedding_dim=16, bottom_mlp=(32, 16), top_mlp=(64, 32))
 T4 = Cluster("t4", "pcie-gen3")
 ONE_BUCKET = {"bucket_cap_mb": 64.0, "first_bucket_cap_mb": 64.0}
@@ -58,6 +60,7 @@ def profiled():
     return first, again
 
 
+@pytest.mark.launches
 def test_each_variant_issues_its_all_reduces_priced_by_the_network_formula(profiled):
     step = profiled[0][0]
     parameters = [p.numel() * p.element_size() for p in TINY.build().parameters()]
@@ -72,6 +75,7 @@ def test_each_variant_issues_its_all_reduces_priced_by_the_network_formula(profi
         assert abs(step[name]["communication_ns"] - by_formula) <= len(sizes), name
 
 
+@pytest.mark.launches
 def test_what_is_sent_after_backward_hides_behind_nothing(profiled):
     step = profiled[0][0]
     assert step["naive"]["hidden_ns"] == 0 and step["one bucket"]["hidden_ns"] == 0
@@ -82,6 +86,7 @@ def test_what_is_sent_after_backward_hides_behind_nothing(profiled):
         assert line.end_ns - line.start_ns == step[name]["step_ns"], name  # the timed step, cut out
 
 
+@pytest.mark.launches
 def test_the_figures_are_the_same_run_after_run_and_on_both_ranks(profiled):
     first, again = profiled
     keys = ("step_ns", "wait_ns", "all_reduces", "communication_ns", "hidden_ns")
@@ -90,6 +95,7 @@ def test_the_figures_are_the_same_run_after_run_and_on_both_ranks(profiled):
         assert first[0][name]["step_ns"] == first[1][name]["step_ns"], name
 
 
+@pytest.mark.launches
 def test_step_profile_needs_a_modeled_cluster():
     from course_utils.runtime.launcher import RankFailedError
 
@@ -97,6 +103,7 @@ def test_step_profile_needs_a_modeled_cluster():
         launch(overlap.step_profile, {"none": ("none", {})}, TINY, 8, world_size=1, timeout=60)
 
 
+@pytest.mark.launches
 def test_scaling_times_one_gpu_then_ddp_on_groups_of_the_ranks():
     scaled = launch(
         runs.scaling, (1, 2, 4), TINY, 32, world_size=4, cluster=Cluster("h100", "nvlink"), timeout=180
@@ -127,6 +134,7 @@ def test_calibrate_sets_the_fraction_that_prices_one_gpu_at_the_published_time()
         published.calibrate(1e-4)
 
 
+@pytest.mark.launches
 def test_the_benchmark_iteration_on_meta_at_one_and_two_ranks():
     device, seconds = published.calibrate()
     cluster = Cluster(device, published.DGX1)
@@ -138,6 +146,7 @@ def test_the_benchmark_iteration_on_meta_at_one_and_two_ranks():
     assert sum(ranks[0]["buckets"]) == 4 * RESNET50_PARAMETERS
 
 
+@pytest.mark.launches
 def test_step_seconds_measures_wall_time_without_a_cluster():
     variants = {
         "none": ("none", {}),

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-from test_ddp import no_garbage_before_fork  # noqa: F401  (autouse: see its docstring)
 
 from course_utils import RankFailedError, launch
 from course_utils.ddp import (
@@ -16,6 +15,12 @@ from course_utils.ddp import (
 )
 from course_utils.workload import data
 from course_utils.workload.models import DLRMConfig
+
+pytestmark = [
+    pytest.mark.chapter(4),
+    pytest.mark.launches,
+    pytest.mark.usefixtures("no_garbage_before_fork"),  # tests/conftest.py
+]
 
 CARDS = [3, 16, 100, 400]
 CONFIG = DLRMConfig(CARDS, n_dense=4, embedding_dim=8, bottom_mlp=(16,), top_mlp=(16,))

@@ -11,6 +11,8 @@ from course_utils.runtime.launcher import RankFailedError
 from course_utils.workload import data
 from course_utils.workload.models import DLRMConfig
 
+pytestmark = [pytest.mark.chapter(4), pytest.mark.launches]
+
 
 def test_join_lets_ranks_with_different_batch_counts_finish_with_equal_weights():
     out = launch(

@@ -20,6 +20,8 @@ from course_utils.runtime.cluster import collective_seconds
 from course_utils.workload.metrics import auc
 from course_utils.workload.models import DLRMConfig
 
+pytestmark = pytest.mark.chapter(4)
+
 
 def _sync_in_backward_equals_explicit_finish():
     import torch.distributed as dist
@@ -37,12 +39,14 @@ def _sync_in_backward_equals_explicit_finish():
     return grads
 
 
+@pytest.mark.launches
 def test_sync_inside_backward_gives_the_averaged_gradients_of_an_explicit_finish():
     ranks = launch(_sync_in_backward_equals_explicit_finish, world_size=2, timeout=60)
     assert torch.equal(ranks[0]["SyncInBackward"], ranks[0]["BucketedDDP"])
     assert torch.equal(ranks[0]["SyncInBackward"], ranks[1]["SyncInBackward"])
 
 
+@pytest.mark.launches
 def test_no_sync_takes_effect_on_the_forward_it_wraps():
     ranks = launch(in_backward.no_sync_placements, world_size=2, timeout=60)
     counts = {k: v["all_reduces"] for k, v in ranks[0].items()}
@@ -54,6 +58,7 @@ def test_no_sync_takes_effect_on_the_forward_it_wraps():
     assert same < 1e-6  # averaging is linear: only the messages differ
 
 
+@pytest.mark.launches
 def test_mixed_precision_with_a_scaler_keeps_ranks_identical_and_near_float32():
     ranks = launch(mixed_precision.train_amp, world_size=2, timeout=60)
     assert ranks[0]["dtype"] == "bfloat16"
@@ -65,6 +70,7 @@ def test_mixed_precision_with_a_scaler_keeps_ranks_identical_and_near_float32():
     assert max(ranks[0]["float32"]["norms"]) > 0.25  # clipping did clip
 
 
+@pytest.mark.launches
 def test_seeds_and_gradient_norms_across_ranks():
     ranks = launch(rank_agreement.seeds_and_norms, world_size=2, timeout=60)
     shared, own = ranks[0]["per rank"], ranks[1]["per rank"]
@@ -78,6 +84,7 @@ def test_seeds_and_gradient_norms_across_ranks():
 SMALL_DLRM = DLRMConfig((1,) * 4, embedding_dim=16, bottom_mlp=(32, 16), top_mlp=(64, 32))
 
 
+@pytest.mark.launches
 def test_hooks_send_the_bytes_their_formulas_say():
     ranks = launch(
         comm_hooks.hook_traffic, tuple(comm_hooks.HOOKS), SMALL_DLRM, 64, world_size=2, timeout=120
@@ -93,6 +100,7 @@ def test_hooks_send_the_bytes_their_formulas_say():
         assert "communication_ns" not in ranks[0][name]  # no modeled cluster: wall time only
 
 
+@pytest.mark.launches
 def test_hooks_timed_on_a_modeled_cluster_train_as_on_gloo_and_fp16_halves_the_traffic():
     names = ("float32 (DDP's default)", "fp16_compress_hook")
     plain = launch(comm_hooks.hook_traffic, names, SMALL_DLRM, 64, world_size=2, timeout=120)
@@ -115,6 +123,7 @@ def test_hooks_timed_on_a_modeled_cluster_train_as_on_gloo_and_fp16_halves_the_t
     assert fp16["communication_ns"] < fp32["communication_ns"]  # (a model this small: no faster a step)
 
 
+@pytest.mark.launches
 def test_powersgd_exchanges_bucket_after_bucket_in_the_same_order_on_every_rank():
     from course_utils.ddp.overlap import MLPERF_DLRM
 
@@ -132,6 +141,7 @@ def test_in_bucket_order_returns_the_finished_exchange():
     assert done.done() and torch.equal(done.value(), torch.full((2,), 2.0))
 
 
+@pytest.mark.launches
 def test_powersgd_is_refused_on_a_modeled_cluster_in_one_line_instead_of_hanging():
     from course_utils.runtime.launcher import RankFailedError
 
@@ -152,6 +162,7 @@ def test_powersgd_formula_leaves_thin_matrices_uncompressed():
     assert comm_hooks.powersgd_bytes(torch.nn.Linear(128, 128), 2) == 4 * (2 * 256 + 128)
 
 
+@pytest.mark.launches
 def test_sparse_table_averaged_after_backward_equals_dense_ddp():
     ranks = launch(evaluation_free_sparse, world_size=2, timeout=60)
     dense, sparse = ranks[0]["dense"], ranks[0]["sparse, averaged after backward"]
@@ -167,6 +178,7 @@ def evaluation_free_sparse():
     return sparse_tables.sparse_or_dense(rows=2000, dim=8, batch=16, bag=3, steps=3)
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("split", ["stride", "by column"])
 def test_exact_auc_equals_one_process_and_the_mean_of_ranks_does_not(split):
     rng = np.random.default_rng(0)

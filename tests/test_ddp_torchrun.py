@@ -10,6 +10,8 @@ from course_utils.notebook.progress import Progress, where_progress_shows
 from course_utils.runtime import runner
 from course_utils.scripts import train_ddp
 
+pytestmark = [pytest.mark.chapter(4), pytest.mark.launches]
+
 
 def test_torchrun_script_matches_launch():
     run = runner.run_torchrun(module="course_utils.scripts.train_ddp", nproc_per_node=2, timeout=180)

@@ -4,11 +4,14 @@ on two "nodes" of this machine."""
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from course_utils import launch
 from course_utils.runtime import elastic_run, slurm_local
 from course_utils.scripts import elastic_train, job_events
+
+pytestmark = [pytest.mark.chapter(8), pytest.mark.launches]
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "templates" / "slurm_torchrun.sbatch"
 KILL = ["--kill-rank", "1", "--kill-at-step", "14"]  # 16 steps, checkpoints every 5

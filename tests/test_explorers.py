@@ -15,7 +15,10 @@ from course_utils.notebook import widgets
 from course_utils.pipeline.simulate import gpipe_bubble_fraction
 from course_utils.sharding.volume import formula
 
-pytestmark = pytest.mark.usefixtures("agg_backend")  # tests/conftest.py
+pytestmark = [
+    pytest.mark.chapter(2, 6, 7),
+    pytest.mark.usefixtures("agg_backend"),  # tests/conftest.py
+]
 
 
 # --- pipeline -------------------------------------------------------------------------------
@@ -112,6 +115,7 @@ def three_ways_to_all_reduce(nbytes):
     return took
 
 
+@pytest.mark.launches
 def test_the_explorers_lines_are_the_clusters_prices():
     from course_utils import launch
     from course_utils.runtime.cluster import Cluster

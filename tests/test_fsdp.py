@@ -10,6 +10,8 @@ from course_utils import launch
 from course_utils.model_parallel.fsdp import fsdp_train, train_one_process
 from course_utils.model_parallel.training_memory import PRECISIONS, bytes_per_parameter, memory_table
 
+pytestmark = pytest.mark.chapter(5)
+
 TIMEOUT = 120
 
 
@@ -18,6 +20,7 @@ def _model():
     return nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.ReLU()) for _ in range(3)], nn.Linear(64, 8))
 
 
+@pytest.mark.launches
 def test_fully_shard_trains_like_one_process_on_a_quarter_of_the_memory_each():
     model = _model()
     torch.manual_seed(1)
@@ -39,6 +42,7 @@ def test_fully_shard_trains_like_one_process_on_a_quarter_of_the_memory_each():
     assert whole["parameters"] + whole["gradients"] + whole["optimizer"] == 16 * n
 
 
+@pytest.mark.launches
 def test_fully_shard_refuses_a_batch_that_does_not_split():
     from course_utils import RankFailedError
 

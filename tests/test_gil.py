@@ -34,6 +34,8 @@ from course_utils.data_parallel.gil import (
 from course_utils.workload import data
 from course_utils.workload.models import DLRMConfig
 
+pytestmark = [pytest.mark.chapter(3), pytest.mark.launches]
+
 PROC_STAT = Path("/proc/stat")
 REPEATS = 2
 

@@ -11,6 +11,8 @@ import pytest
 from course_utils.ddp import overlap
 from course_utils.scripts import gpu_report
 
+pytestmark = [pytest.mark.chapter(4), pytest.mark.launches]
+
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):

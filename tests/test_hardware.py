@@ -19,6 +19,8 @@ from course_utils import launch
 from course_utils.runtime import hardware, nvml
 from course_utils.runtime.launcher.rank_entry import ResultNotSent, result_bytes
 
+pytestmark = pytest.mark.chapter(0)
+
 
 def _run_fresh(code: str, timeout: float = 240) -> str:
     """Run ``code`` in a fresh interpreter with ``-c`` (so ``__main__`` has no file, as in a notebook)."""
@@ -46,6 +48,7 @@ _GPU_MACHINE = """
 """
 
 
+@pytest.mark.launches
 def test_gpu_discovery_never_initialises_cuda():
     out = _run_fresh(
         _GPU_MACHINE
@@ -66,6 +69,7 @@ def test_gpu_discovery_never_initialises_cuda():
     ]
 
 
+@pytest.mark.launches
 def test_after_cuda_is_initialised_launch_spawns_and_runs_a_cell_function():
     out = _run_fresh("""
     import torch
@@ -99,6 +103,7 @@ def record_init_backend():
 _SEEN = []
 
 
+@pytest.mark.launches
 def test_launch_starts_the_mixed_group_when_nccl_is_chosen(monkeypatch):
     """Forked ranks inherit these patches: a "2-GPU" machine whose NCCL group is started as gloo."""
     real_init = dist.init_process_group

@@ -8,6 +8,8 @@ from course_utils.sharding import hybrid
 from course_utils.workload import data, train
 from course_utils.workload.models import DLRM, DLRMConfig
 
+pytestmark = [pytest.mark.chapter(7), pytest.mark.launches]
+
 CARDS = data.criteo_cardinalities(1 / 1000)
 LOGS = data.make_click_logs(3072, seed=3, cardinalities=CARDS)
 TRAIN, TEST = LOGS[:2048], LOGS[2048:]

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.chapter()
+
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "course_utils"
 
 

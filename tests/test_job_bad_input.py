@@ -26,6 +26,8 @@ from course_utils.runtime import elastic_run, runner
 from course_utils.scripts import train_hybrid
 from course_utils.workload import data
 
+pytestmark = pytest.mark.chapter(8)
+
 ROWS = 960  # 8 row groups of 120 rows
 
 

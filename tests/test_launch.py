@@ -18,6 +18,8 @@ import torch.distributed as dist
 from course_utils.runtime import examples
 from course_utils.runtime.launcher import LaunchError, LaunchTimeoutError, RankFailedError, launch
 
+pytestmark = [pytest.mark.chapter(0), pytest.mark.launches]
+
 
 def _record_pid(pid_dir):
     Path(pid_dir, f"{dist.get_rank()}.pid").write_text(str(os.getpid()))

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.chapter(0), pytest.mark.launches]
+
 jupyter_client = pytest.importorskip("jupyter_client")
 
 CELL_FUNCTIONS = """

@@ -4,7 +4,6 @@ the same batches as the in-memory mode, ranks' partitions, set_epoch; and the lo
 import numpy as np
 import pytest
 import torch
-from test_ddp import no_garbage_before_fork  # noqa: F401  (autouse: see its docstring)
 
 from course_utils import launch
 from course_utils.ddp import TrainSettings, ddp_worker, max_difference, train_single
@@ -12,6 +11,12 @@ from course_utils.workload import data
 from course_utils.workload.data import loaders, stream
 from course_utils.workload.models import DLRMConfig
 from course_utils.workload.train import fit
+
+pytestmark = [
+    pytest.mark.chapter(4),
+    pytest.mark.launches,
+    pytest.mark.usefixtures("no_garbage_before_fork"),  # tests/conftest.py
+]
 
 CARDS = [3, 16, 100, 400]
 GROUP_ROWS = [126, 125, 125, 125, 125, 125, 125, 124]  # 8 row groups (1000 rows); ranks differ by a row

@@ -10,6 +10,8 @@ import torch
 from course_utils.runtime.timing import Stopwatch
 from course_utils.workload.metrics import auc, logloss, throughput
 
+pytestmark = pytest.mark.chapter(1)
+
 
 def brute_force_auc(labels, scores):
     """Every (clicked, not clicked) pair: 1 if the click scores higher, 1/2 if tied."""

@@ -16,6 +16,8 @@ from course_utils.model_parallel import (
 from course_utils.pipeline.vertical import as_timeline, split_step
 from course_utils.runtime.cluster import Cluster, ClusterTimeline
 
+pytestmark = pytest.mark.chapter(5)
+
 TIMEOUT = 60
 
 
@@ -75,6 +77,7 @@ def test_memory_per_device_adds_up():
     assert table["activations_MB"].tolist() == pytest.approx([2 * 10 * 16 * 4 / 1e6, 4 * 10 * 16 * 4 / 1e6])
 
 
+@pytest.mark.launches
 def test_split_step_on_two_modeled_gpus_takes_turns_and_pays_each_hop():
     model, t4 = make_model(layers=4, width=64), Cluster("t4", "pcie-gen3")
     x, y = torch.randn(32, 64), torch.randn(32, 64)
@@ -95,6 +98,7 @@ def test_split_step_on_two_modeled_gpus_takes_turns_and_pays_each_hop():
     assert [s.duration_ns for s in sends] == [hop_ns, hop_ns]
 
 
+@pytest.mark.launches
 def test_split_step_runs_without_a_cluster_too():
     results = launch(
         split_step, make_model(layers=6), torch.randn(8, 16), torch.randn(8, 16), [1, 2, 3],
@@ -113,6 +117,7 @@ def _ddp_over_splits(model, x, y):
     return ddp_split_gradients(model, x, y, parts_per_rank=2)
 
 
+@pytest.mark.launches
 def test_ddp_over_a_split_model_gives_the_one_process_gradients():
     torch.manual_seed(5)
     x, y = torch.randn(12, 16), torch.randn(12, 16)
@@ -134,6 +139,7 @@ def _ddp_odd_batch():
     return ddp_split_gradients(make_model(layers=2), torch.randn(5, 16), torch.randn(5, 16))
 
 
+@pytest.mark.launches
 def test_ddp_over_a_split_model_names_a_batch_that_does_not_split():
     from course_utils.runtime.launcher import RankFailedError
 

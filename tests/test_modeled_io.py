@@ -11,6 +11,8 @@ from course_utils import Cluster, launch
 from course_utils.checkpoint import Checkpointer, latest_complete, modeled_io
 from course_utils.checkpoint.background import slowest_rank_stalls, train_big_table
 
+pytestmark = pytest.mark.chapter(8)
+
 ROWS, DIM = 2_000, 64
 
 
@@ -35,6 +37,7 @@ def _runs(folder, every, storage="parallel-fs"):
     return out
 
 
+@pytest.mark.launches
 def test_blocking_holds_the_write_async_the_staging_and_both_save_for_real(tmp_path):
     runs = _runs(tmp_path, every=8)
     storage = modeled_io.STORAGE["parallel-fs"]
@@ -48,6 +51,7 @@ def test_blocking_holds_the_write_async_the_staging_and_both_save_for_real(tmp_p
         assert latest_complete(tmp_path / f"{mode}8").name == "step_000032"  # the real files
 
 
+@pytest.mark.launches
 def test_checkpoints_closer_than_one_write_wait_for_it(tmp_path):
     slow = modeled_io.Storage("a slow disk", 50e6, "a test's: one write outlasts a step")
     waited = slowest_rank_stalls(_runs(tmp_path, every=1, storage=slow)["async"], "waited")

@@ -14,6 +14,8 @@ from course_utils.workload.models import (
     memory_report,
 )
 
+pytestmark = pytest.mark.chapter(1)
+
 CARDS = [3, 10, 100, 1000]
 
 

@@ -3,9 +3,13 @@
 import inspect
 import textwrap
 
+import pytest
+
 from course_utils import show_diff, show_source
 from course_utils.ddp import BucketedDDP, NaiveDDP
 from course_utils.pipeline.schedules import Schedule, gpipe, one_f_one_b
+
+pytestmark = pytest.mark.chapter(0)
 
 
 def test_show_source_heads_with_file_and_name_and_dedents_methods(capsys):

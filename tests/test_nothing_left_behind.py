@@ -25,7 +25,7 @@ from course_utils import launch
 from course_utils.runtime import process_tree, runner
 from course_utils.runtime.launcher import LaunchTimeoutError
 
-pytestmark = pytest.mark.launches
+pytestmark = [pytest.mark.chapter(0, 2, 8), pytest.mark.launches]
 
 WORKER = """
 import os, signal, subprocess, sys, time

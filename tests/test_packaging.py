@@ -11,9 +11,12 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 import course_utils
+
+pytestmark = pytest.mark.chapter()
 
 ROOT = Path(__file__).resolve().parents[1]
 SETUP_CELL = (ROOT / "templates" / "setup_cell.py").read_text().rstrip("\n")
@@ -99,7 +102,7 @@ def test_what_the_code_imports_is_declared():
         "nox": "nox",
     }
     stdlib = set(sys.stdlib_module_names)
-    local = {"course_utils", "conftest"} | {
+    local = {"course_utils", "conftest", "helpers"} | {
         p.stem for p in [*ROOT.glob("tests/**/*.py"), *ROOT.glob("tools/*.py")]
     }
     found = {}
@@ -212,6 +215,7 @@ def _run_setup_cell(monkeypatch, tmp_path, installed: bool) -> list:
     return [[Path(c).name if c == sys.executable else c for c in cmd] for cmd in calls]
 
 
+@pytest.mark.launches
 def test_where_the_course_is_installed_the_setup_cell_only_checks_the_release(tmp_path, monkeypatch):
     calls = _run_setup_cell(monkeypatch, tmp_path, installed=True)
     assert [c[1:3] for c in calls] == [["-m", "course_utils.notebook.hosted"]]

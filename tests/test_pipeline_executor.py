@@ -4,7 +4,7 @@ torch.distributed.pipelining computes the same loss and gradients."""
 
 import pytest
 import torch
-from test_collectives import only_batched_p2p
+from helpers.p2p import only_batched_p2p
 
 from course_utils import Cluster, launch
 from course_utils.pipeline import (
@@ -25,6 +25,8 @@ from course_utils.pipeline.modeled import cluster_bubble, message_ms, where_time
 from course_utils.pipeline.runs import collect, pipeline_rank
 from course_utils.pipeline.schedules import ScheduleKind
 from course_utils.pipeline.torch_pipelining import compare_with_torch, run_torch_pipeline
+
+pytestmark = [pytest.mark.chapter(6), pytest.mark.launches]
 
 CONFIG = MLPConfig(width=32, layers=4, batch=24, seed=3)
 TIMEOUT = 60  # seconds; a deadlock fails the test instead of hanging it

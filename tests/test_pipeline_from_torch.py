@@ -18,6 +18,8 @@ from course_utils.pipeline import (
 from course_utils.pipeline.from_torch import from_torch, torch_order
 from course_utils.pipeline.torch_frontend import Tower, run_frontend, stage_on_meta, tower_reference
 
+pytestmark = pytest.mark.chapter(6)
+
 
 @pytest.mark.parametrize(
     "name", ["ScheduleZBVZeroBubble", "ScheduleInterleavedZeroBubble", "ScheduleDualPipeV"]

@@ -4,12 +4,14 @@ process training the whole model on the whole batch."""
 
 import pytest
 import torch
-from test_collectives import only_batched_p2p
+from helpers.p2p import only_batched_p2p
 
 from course_utils import launch
 from course_utils.pipeline import MLPConfig, one_f_one_b, run_schedule
 from course_utils.pipeline.pipeline_dp import pipeline_dp_rank, run_pipeline_training, train_one_process
 from course_utils.pipeline.plain import exchange_ms
+
+pytestmark = [pytest.mark.chapter(6), pytest.mark.launches]
 
 CONFIG = MLPConfig(width=32, layers=4, batch=32, seed=3)
 TIMEOUT = 60  # seconds; a deadlock fails the test instead of hanging it

@@ -7,6 +7,8 @@ import torch
 from course_utils.pipeline import MLPConfig
 from course_utils.pipeline.recompute import SavedActivations, measure_recompute, stage_step
 
+pytestmark = pytest.mark.chapter(6)
+
 
 @pytest.mark.parametrize(("layers", "m"), [(2, 2), (4, 4), (4, 8)])
 def test_saved_bytes_follow_the_formulas(layers, m):

@@ -23,6 +23,8 @@ from course_utils.pipeline import (
 from course_utils.pipeline import SCHEDULES as BUILDERS
 from course_utils.pipeline.mlp import MLPConfig
 
+pytestmark = pytest.mark.chapter(6)
+
 
 def all_schedules():
     """Every schedule for p = 1..5, m = 1..12, v = 2..3 whose arguments are allowed."""

@@ -34,7 +34,10 @@ from course_utils.pipeline.plot import plot_step_sweep, plot_timeline, plot_time
 from course_utils.pipeline.simulate import plot_bubble_sweep
 from course_utils.runtime.cluster import Cluster, ClusterTimeline, Span
 
-pytestmark = pytest.mark.usefixtures("agg_backend")  # tests/conftest.py
+pytestmark = [
+    pytest.mark.chapter(6),
+    pytest.mark.usefixtures("agg_backend"),  # tests/conftest.py
+]
 
 
 TOL = 1e-12  # unit costs are exact in binary floating point; the tolerance only absorbs summation order

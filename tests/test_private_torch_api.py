@@ -38,6 +38,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.chapter()
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPAT = "course_utils/runtime/compat.py"
 

@@ -8,6 +8,8 @@ import pytest
 
 from course_utils import quiz
 
+pytestmark = pytest.mark.chapter()
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "quiz_fixtures"
 REPO_CHAPTERS = sorted(

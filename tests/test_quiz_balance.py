@@ -26,6 +26,8 @@ import pytest
 
 from course_utils import quiz
 
+pytestmark = pytest.mark.chapter()
+
 ROOT = Path(__file__).resolve().parent.parent
 QUIZ = ROOT / "quiz"
 COURSE_CHAPTERS = list(range(9))  # chapters 00-08 each end with a quiz

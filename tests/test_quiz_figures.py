@@ -27,6 +27,8 @@ from figure_sources import (
 
 from course_utils import quiz
 
+pytestmark = pytest.mark.chapter()
+
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = Path(__file__).resolve().parent / "quiz_figures"
 CHECKED = range(9)  # the chapters whose quizzes must have a spec

@@ -7,6 +7,8 @@ import torch.distributed as dist
 
 from course_utils import launch, sharding
 
+pytestmark = pytest.mark.chapter(7)
+
 CARDS = [50, 7, 300, 13, 90]  # uneven sizes: uneven row blocks, a table smaller than W
 DIM, BATCH = 8, 6
 CASES = [
@@ -55,6 +57,7 @@ def _compare(kind, options, cards=CARDS):
     return out
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("kind, options", CASES, ids=["table", "column", "row-range", "row-hash"])
 def test_sharded_lookup_equals_unsharded_and_bytes_match_formula(kind, options, world_size):
@@ -71,6 +74,7 @@ def test_sharded_lookup_equals_unsharded_and_bytes_match_formula(kind, options, 
         assert sharding.measured([r["traffic"] for r in per_rank]) == expected  # exactly, every phase
 
 
+@pytest.mark.launches
 def test_table_wise_with_fewer_tables_than_ranks():
     """Ranks 2 and 3 own no table, yet take part in both all-to-alls, forward and backward."""
     results = launch(_compare, "table_wise", {}, CARDS[:2], world_size=4, timeout=120)
@@ -80,6 +84,7 @@ def test_table_wise_with_fewer_tables_than_ranks():
         assert max(r[pooling]["grad"] for r in results) <= GRAD_TOL
 
 
+@pytest.mark.launches
 def test_exact_for_one_id_per_table():
     """With one id per bag there is nothing to re-order: every kind is bit-exact."""
     for kind, options in CASES:
@@ -126,6 +131,7 @@ def test_table_wise_balances_bytes_and_row_wise_splits_like_dtensor():
     assert "rank 1" in plan.describe()
 
 
+@pytest.mark.launches
 def test_bad_plans_and_inputs_say_what_to_do():
     with pytest.raises(ValueError, match="unknown sharding kind 'diagonal'"):
         sharding.make_plan("diagonal", CARDS, DIM, 2)
@@ -196,6 +202,7 @@ def _modeled_steps(world, kinds=("table_wise", "row_wise", "column_wise")):
     return out
 
 
+@pytest.mark.launches
 def test_modeled_steps_follow_the_busiest_rank_and_move_the_formulas_bytes():
     runs = _modeled_steps(4)  # chapter 07's section 9 sizes (Criteo's tables at full size), on 4 ranks
     step, busiest = {}, {}
@@ -212,6 +219,7 @@ def test_modeled_steps_follow_the_busiest_rank_and_move_the_formulas_bytes():
     assert again == step["row_wise"]  # virtual time: exact
 
 
+@pytest.mark.launches
 def test_meta_lookups_refuse_nothing_real_and_hold_no_numbers():
     def build():
         plan = sharding.make_plan("row_wise", [40_000_000, 10], 128, 2)
@@ -255,6 +263,7 @@ def test_mlperf_published_step_and_dense_part():
     assert cross == 3 * (3456 * 512 + 512 * 3456 + 3456)  # three rank-512 layers on 26 x 128 + 128 features
 
 
+@pytest.mark.launches
 def test_mlperf_step_is_exact_and_the_same_on_every_rank():
     from course_utils import Cluster
     from course_utils.sharding import mlperf

@@ -43,6 +43,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.chapter()
+
 ROOT = Path(__file__).resolve().parent.parent
 
 REQUIRE = "COURSE_REQUIRE_SITE"

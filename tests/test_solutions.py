@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 from figure_sources import load_spec, output_lines, unsourced
 
+pytestmark = pytest.mark.chapter()
+
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
 SPECS = Path(__file__).resolve().parent / "solution_figures"

@@ -20,6 +20,8 @@ from course_utils.workload.sparse_optim import (
     train_with,
 )
 
+pytestmark = pytest.mark.chapter(7)
+
 
 def _bag(rows=50, dim=4, sparse=True, seed=0):
     bag = nn.EmbeddingBag(rows, dim, mode="sum", sparse=sparse)

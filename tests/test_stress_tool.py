@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.chapter(), pytest.mark.launches]
+
 TOOL = Path(__file__).resolve().parent.parent / "tools" / "stress.py"
 
 

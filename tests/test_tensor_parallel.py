@@ -12,6 +12,8 @@ from course_utils import launch
 from course_utils.model_parallel.tensor_parallel import ColumnParallelLinear, MegatronMLP, RowParallelLinear
 from course_utils.model_parallel.torch_tp import torch_tp_vs_course, tp_dp_gradients
 
+pytestmark = [pytest.mark.chapter(5), pytest.mark.launches]
+
 TIMEOUT = 60
 
 

@@ -14,6 +14,8 @@ import torch
 
 from course_utils.scripts import torchrec_check
 
+pytestmark = [pytest.mark.chapter(7), pytest.mark.launches]
+
 MISSING = torchrec_check.torchrec_missing()
 REQUIRED = os.environ.get("COURSE_REQUIRE_TORCHREC") == "1"
 

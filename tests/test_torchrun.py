@@ -17,6 +17,8 @@ from course_utils.collectives import free_port
 from course_utils.runtime import process_tree, runner
 from course_utils.scripts import hello
 
+pytestmark = [pytest.mark.chapter(2, 8), pytest.mark.launches]
+
 EXPECTED_SUM = [sum(r + 1 for r in range(4)) * k for k in range(1, 9)]  # rank r holds (r+1)*[1..8]
 
 

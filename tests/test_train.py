@@ -7,6 +7,8 @@ from course_utils.data_parallel.gil import one_torch_thread
 from course_utils.workload import data, metrics, train
 from course_utils.workload.models import DLRM
 
+pytestmark = pytest.mark.chapter(1)
+
 CARDS = [3, 16, 100, 400]
 
 

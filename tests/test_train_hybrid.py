@@ -14,6 +14,8 @@ from course_utils.runtime import elastic_run, runner, slurm_local
 from course_utils.workload import metrics
 from course_utils.workload.global_auc import distributed_auc, gather_predictions
 
+pytestmark = [pytest.mark.chapter(8), pytest.mark.launches]
+
 JOB = dict(module="course_utils.scripts.train_hybrid", out_flag="--checkpoint-dir", timeout=240)
 
 

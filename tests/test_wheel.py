@@ -23,6 +23,8 @@ from typing import NamedTuple
 
 import pytest
 
+pytestmark = [pytest.mark.chapter(), pytest.mark.launches]
+
 ROOT = Path(__file__).resolve().parents[1]
 QUIZ_FILES = sorted(p.name for p in (ROOT / "quiz").glob("*.md"))
 

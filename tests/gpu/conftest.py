@@ -1,7 +1,8 @@
 """GPU tests: marked ``gpu(n)`` and skipped where fewer than n CUDA GPUs are visible.
 
-Run them on a GPU machine with ``python -m pytest tests/gpu -m gpu -v``. They reuse the
-rank functions of the CPU tests (``tests/``), which is why that folder is put on the path.
+Run them on a GPU machine with ``python -m pytest tests/gpu -m gpu -v``. They share
+``tests/helpers/`` with the CPU tests and run some CPU tests again (``run_cpu_tests``), which is
+why ``tests/`` is put on the path.
 """
 
 import sys

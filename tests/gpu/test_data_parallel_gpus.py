@@ -1,13 +1,13 @@
 """nn.DataParallel on two GPUs (chapter 03): chapter 03's usage loop trains as one GPU does, and
 ``DataParallelByHand`` gives nn.DataParallel's gradients on the chapter's DLRM.
 
-The CPU twins are in ``tests/test_data_parallel.py``: the same loop (``train_sgd``) through
+The CPU twins are in ``tests/test_data_parallel.py``: the same loop (``train_sgd``, tests/helpers/) through
 ``nn.DataParallel`` on a machine without GPUs, and ``DataParallelByHand`` over CPU stand-ins.
 """
 
 import pytest
 import torch
-from test_data_parallel import train_sgd
+from helpers.training import train_sgd
 from torch import nn
 
 from course_utils.data_parallel import DataParallelByHand
@@ -15,7 +15,7 @@ from course_utils.ddp import max_difference
 from course_utils.workload import data
 from course_utils.workload.models import DLRMConfig
 
-pytestmark = pytest.mark.gpu(2)
+pytestmark = [pytest.mark.chapter(), pytest.mark.gpu(2)]
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,10 @@ import torch
 from course_utils import launch
 from course_utils.ddp import comm_hooks, input_pipeline, mixed_precision
 
-pytestmark = pytest.mark.gpu(1)
+pytestmark = [pytest.mark.chapter(), pytest.mark.gpu(1)]
 
 
+@pytest.mark.launches
 def test_float16_autocast_with_a_scaler_on_one_gpu_stays_near_float32():
     run = launch(mixed_precision.train_amp, world_size=1, timeout=120)[0]
     assert run["dtype"] == "float16"
@@ -37,6 +38,7 @@ def _torch_bf16_hook_on_nccl():
     return dist.get_backend(), results
 
 
+@pytest.mark.launches
 def test_torchs_bf16_hook_registers_on_nccl_and_matches_the_course_twin():
     backend, (theirs, ours) = launch(_torch_bf16_hook_on_nccl, world_size=1, timeout=120)[0]
     assert "nccl" in backend

@@ -8,12 +8,16 @@ GPU. Nothing here depends on the machine's speed beyond a 0.2 s spin kernel on e
 import pytest
 import torch
 import torch.distributed as dist
+from helpers.cpu_tests import run_cpu_tests
 
 from course_utils import launch
+
+pytestmark = pytest.mark.chapter()
 
 RANKS = [pytest.param(n, marks=pytest.mark.gpu(n), id=f"{n}-ranks") for n in (1, 2)]
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("world_size", RANKS)
 def test_wait_makes_the_stream_wait_not_the_host(world_size):
     from course_utils.collectives import streams
@@ -38,12 +42,10 @@ def test_time_on_device_with_cuda_events_counts_queued_work():
     assert 0.05 < seconds < 0.5, seconds
 
 
+@pytest.mark.launches
 @pytest.mark.gpu(2)
 def test_uneven_all_to_all_and_all_gather_on_nccl():
-    import test_collectives as t
-
-    per_rank = launch(t.uneven_exchange, world_size=2, timeout=300)
-    t.check_uneven_exchange(per_rank)
+    run_cpu_tests("tests/test_collectives.py::test_all_to_all_uneven_and_all_gather_uneven[2]")
 
 
 def _nccl_trace():
@@ -58,6 +60,7 @@ def _nccl_trace():
     return flight_recorder.recorded_collectives(nccl=True)
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("world_size", RANKS)
 def test_nccl_flight_recorder_records_every_collective_in_order(monkeypatch, world_size):
     from course_utils.collectives import flight_recorder

@@ -1,35 +1,20 @@
 """One GPU: launching from a notebook that touched CUDA, fallbacks, timers, results on the CPU."""
 
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
+from helpers.fresh_python import fresh_python
 
 from course_utils import launch
 from course_utils.runtime.timing import CudaSpan, Stopwatch
 
-pytestmark = pytest.mark.gpu(1)
+pytestmark = [pytest.mark.chapter(), pytest.mark.gpu(1)]
 
 
-def _fresh(code: str, env: dict | None = None, timeout: float = 300) -> list[str]:
-    """Run ``code`` with ``-c`` (``__main__`` without a file, as in a notebook), with ``env`` added
-    to the environment; its printed lines."""
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout.splitlines()
-
-
+@pytest.mark.launches
 def test_launch_after_is_available_forks_and_the_rank_gets_cuda_0():
-    lines = _fresh("""
+    lines = fresh_python("""
     import torch, torch.distributed as dist
     import course_utils                       # the setup cell imports it first
     from course_utils import launch
@@ -42,8 +27,9 @@ def test_launch_after_is_available_forks_and_the_rank_gets_cuda_0():
     assert lines == ["fork", "[('cuda:0', 'cpu:gloo,cuda:nccl')]"]
 
 
+@pytest.mark.launches
 def test_launch_after_cuda_init_spawns_a_cell_function_and_returns_cpu_tensors():
-    lines = _fresh("""
+    lines = fresh_python("""
     import torch, torch.distributed as dist
     from course_utils import launch
     from course_utils.runtime.launcher import api as launcher
@@ -60,8 +46,9 @@ def test_launch_after_cuda_init_spawns_a_cell_function_and_returns_cpu_tensors()
     assert lines == ["spawn cpu [2.0, 2.0]"]
 
 
+@pytest.mark.launches
 def test_results_never_initialise_cuda_in_the_notebook():
-    lines = _fresh("""
+    lines = fresh_python("""
     import torch
     from course_utils import launch
     from course_utils.runtime.hardware import rank_device
@@ -79,6 +66,7 @@ def _where():
     return dist.get_backend(), str(rank_device())
 
 
+@pytest.mark.launches
 def test_more_ranks_than_gpus_falls_back_to_gloo_on_the_cpu():
     from course_utils import gpu_count
 
@@ -115,11 +103,12 @@ def test_timers_charge_gpu_work_to_the_step_that_queued_it():
     assert end_ms - start_ms == pytest.approx(synced.seconds * 1e3, rel=0.5)
 
 
+@pytest.mark.launches
 def test_two_stand_in_nodes_on_one_gpu_train_with_gloo():
     """Pinned to this machine's first visible GPU: two stand-in nodes cannot have one each, so
     both run gloo (never two NCCL ranks on one GPU). With two GPUs, test_two_gpus checks NCCL."""
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
-    lines = _fresh(
+    lines = fresh_python(
         """
         from course_utils.runtime import runner
         run = runner.run_torchrun(module="course_utils.scripts.train_ddp", nproc_per_node=1, nnodes=2,
@@ -133,9 +122,10 @@ def test_two_stand_in_nodes_on_one_gpu_train_with_gloo():
     assert lines == ["['gloo', 'gloo'] True"]
 
 
+@pytest.mark.launches
 def test_a_cuda_tensor_sent_to_spawned_ranks_lands_on_each_rank_device():
     """An NCCL rank gets it on its GPU, a gloo rank on the CPU (never on the notebook's GPU)."""
-    lines = _fresh("""
+    lines = fresh_python("""
     import torch
     from course_utils import gpu_count, launch
     from course_utils.runtime.hardware import rank_device

@@ -1,17 +1,19 @@
 """Two GPUs: NCCL ranks on distinct GPUs, and each technique of the course on them, checked as on CPU.
 
-The rank functions are the CPU tests' own; ``launch`` picks NCCL here because every rank
-gets a GPU, so these runs exercise the NCCL and CUDA paths of the same code.
+Most run the CPU tests themselves (``run_cpu_tests``, tests/helpers/); ``launch`` picks NCCL
+here because every rank gets a GPU, so these runs exercise the NCCL and CUDA paths of the same code.
 """
 
 import pytest
 import torch
 import torch.distributed as dist
+from helpers.cpu_tests import run_cpu_tests
+from helpers.fresh_python import fresh_python
 from torch import nn
 
 from course_utils import devices, launch
 
-pytestmark = pytest.mark.gpu(2)
+pytestmark = [pytest.mark.chapter(), pytest.mark.gpu(2)]
 
 
 def _who():
@@ -20,6 +22,7 @@ def _who():
     return dist.get_backend(), str(rank_device()), torch.cuda.current_device()
 
 
+@pytest.mark.launches
 def test_nccl_ranks_on_distinct_gpus():
     assert launch(_who, world_size=2) == [
         ("cpu:gloo,cuda:nccl", "cuda:0", 0),
@@ -42,29 +45,38 @@ def _ring_on_cuda(sizes):
     return worst
 
 
+@pytest.mark.launches
 def test_ring_equals_all_reduce_from_1_kb_to_64_mb():
     sizes = [256 << k for k in range(0, 17, 2)]  # 1 KB .. 64 MB of float32
     assert max(launch(_ring_on_cuda, sizes, world_size=2, timeout=300)) < 1e-5
 
 
+def _every_ddp_kind(logs, config, settings):
+    """On each rank: one run per DDP kind (naive, bucketed, torch), as tests/test_ddp.py runs them."""
+    from course_utils.ddp import DDP_KINDS, ddp_worker
+
+    return {kind: ddp_worker(kind, logs, config, settings) for kind in DDP_KINDS}
+
+
+@pytest.mark.launches
 def test_ddp_naive_bucketed_and_torch_agree_with_one_process():
-    import test_ddp
-
-    logs = test_ddp.data.make_click_logs(8192, seed=0, cardinalities=test_ddp.CARDS, n_dense=4)
-    per_rank = launch(test_ddp.every_kind, logs, test_ddp.SGD, world_size=2, timeout=300)
-    single = test_ddp.train_single(logs, test_ddp.CONFIG, test_ddp.SGD, world_size=2)
-    for kind in test_ddp.DDP_KINDS:
-        assert test_ddp.max_difference(per_rank[0][kind].state, single.state) < 1e-5, kind
-
-
-def test_data_parallel_by_hand_equals_one_gpu():
-    import test_data_parallel as t
-
+    from course_utils.ddp import DDP_KINDS, TrainSettings, max_difference, train_single
     from course_utils.workload import data
+    from course_utils.workload.models import DLRMConfig
 
-    t.test_by_hand_equals_nn_data_parallel_on_two_gpus(
-        data.make_click_logs(4096, seed=0, cardinalities=t.CARDS, n_dense=4)
-    )
+    cards = [3, 16, 100, 400, 1000]  # tests/test_ddp.py's model and settings
+    config = DLRMConfig(cards, n_dense=4, embedding_dim=8, bottom_mlp=(16,), top_mlp=(16,))
+    sgd = TrainSettings(global_batch_size=512, max_steps=12, optimizer="sgd", lr=0.1)
+    logs = data.make_click_logs(8192, seed=0, cardinalities=cards, n_dense=4)
+    per_rank = launch(_every_ddp_kind, logs, config, sgd, world_size=2, timeout=300)
+    single = train_single(logs, config, sgd, world_size=2)
+    for kind in DDP_KINDS:
+        assert max_difference(per_rank[0][kind].state, single.state) < 1e-5, kind
+
+
+@pytest.mark.launches
+def test_data_parallel_by_hand_equals_one_gpu():
+    run_cpu_tests("tests/test_data_parallel.py::test_by_hand_equals_nn_data_parallel_on_two_gpus")
 
 
 def test_model_parallel_split_equals_the_whole_model():
@@ -85,6 +97,7 @@ def test_model_parallel_split_equals_the_whole_model():
         torch.testing.assert_close(p.grad.to(devs[0]), q.grad)
 
 
+@pytest.mark.launches
 def test_1f1b_executor_at_width_2048_finishes_with_equal_gradients():
     from course_utils.pipeline import MLPConfig, one_f_one_b, reference_step, run_schedule
 
@@ -96,34 +109,30 @@ def test_1f1b_executor_at_width_2048_finishes_with_equal_gradients():
         torch.testing.assert_close(run.grads[name], g, atol=1e-4, rtol=1e-3, msg=name)
 
 
+@pytest.mark.launches
 def test_torch_pipelining_on_two_gpus():
-    import test_pipeline_executor as t
-
-    from course_utils.pipeline import one_f_one_b, reference_step
-
-    t.test_torch_pipelining_agrees_with_the_executor(one_f_one_b(2, 4), reference_step(t.CONFIG))
+    run_cpu_tests("tests/test_pipeline_executor.py::test_torch_pipelining_agrees_with_the_executor[1F1B]")
 
 
-@pytest.mark.parametrize("case", range(4), ids=["table", "column", "row-range", "row-hash"])
+@pytest.mark.launches
+@pytest.mark.parametrize("case", ["table", "column", "row-range", "row-hash"])
 def test_sharding_on_two_gpus(case):
-    import test_sharding as t
+    run_cpu_tests(
+        f"tests/test_sharding.py::test_sharded_lookup_equals_unsharded_and_bytes_match_formula[{case}-2]"
+    )
 
-    kind, options = t.CASES[case]
-    t.test_sharded_lookup_equals_unsharded_and_bytes_match_formula(kind, options, 2)
 
-
+@pytest.mark.launches
 def test_hybrid_on_two_gpus():
-    import test_hybrid as t
+    run_cpu_tests(
+        "tests/test_hybrid.py::test_hybrid_training_equals_single_process[table_wise-2]",
+        "tests/test_hybrid.py::test_hybrid_training_equals_single_process[column_wise-2]",
+    )
 
-    reference = t._single("sgd", t.SGD_LR)  # the CPU test's single-process reference (its fixture)
-    for kind in ("table_wise", "row_wise", "column_wise"):
-        t.test_hybrid_training_equals_single_process(kind, 2, reference)
 
-
+@pytest.mark.launches
 def test_a_cuda_tensor_sent_to_spawned_ranks_lands_on_each_rank_own_gpu():
-    from test_one_gpu import _fresh
-
-    lines = _fresh("""
+    lines = fresh_python("""
     import torch
     from course_utils import launch
     from course_utils.runtime.hardware import rank_device
@@ -141,49 +150,58 @@ def _used_its_gpu(fn, *args):
     return torch.cuda.max_memory_allocated(rank_device()) > 0
 
 
+@pytest.mark.launches
 def test_plain_1f1b_and_pipeline_dp_on_two_gpus():
-    import test_pipeline_plain as t
-
+    from course_utils.pipeline import MLPConfig
     from course_utils.pipeline.pipeline_dp import pipeline_dp_rank
     from course_utils.pipeline.plain import exchange_ms
 
-    assert launch(_used_its_gpu, pipeline_dp_rank, t.CONFIG, 2, 1, 4, 1, 0.1, world_size=2) == [True] * 2
-    t.test_plain_1f1b_trains_like_one_process(2, 2)
-    t.test_plain_1f1b_on_two_ranks_equals_the_executor(4)
+    config = MLPConfig(width=32, layers=4, batch=32, seed=3)  # tests/test_pipeline_plain.py's
+    assert launch(_used_its_gpu, pipeline_dp_rank, config, 2, 1, 4, 1, 0.1, world_size=2) == [True] * 2
     assert launch(_used_its_gpu, exchange_ms, torch.zeros(16, 16), 3, world_size=2) == [True] * 2
-    t.test_exchange_ms_times_one_message_each_way()
+    run_cpu_tests(
+        "tests/test_pipeline_plain.py::test_plain_1f1b_trains_like_one_process[2-2]",
+        "tests/test_pipeline_plain.py::test_plain_1f1b_on_two_ranks_equals_the_executor[4]",
+        "tests/test_pipeline_plain.py::test_exchange_ms_times_one_message_each_way",
+    )
 
 
+@pytest.mark.launches
 def test_ddp_options_on_two_gpus():
-    import test_ddp_options as t
-
     from course_utils.ddp import options
 
     assert launch(_used_its_gpu, options.train_with_unused_head, True, world_size=2) == [True] * 2
     assert launch(_used_its_gpu, options.running_means, True, world_size=2) == [True] * 2
-    t.test_an_unused_parameter_stops_torch_ddp_unless_it_looks_for_unused_parameters()
-    t.test_buffers_are_rank_0s_with_broadcast_and_each_rank_own_without()
+    run_cpu_tests(
+        "tests/test_ddp_options.py::test_an_unused_parameter_stops_torch_ddp_unless_it_looks_for_unused_parameters",
+        "tests/test_ddp_options.py::test_buffers_are_rank_0s_with_broadcast_and_each_rank_own_without",
+    )
 
 
+@pytest.mark.launches
 def test_big_table_training_and_async_checkpoints_on_two_gpus(tmp_path):
     from functools import partial
 
-    import test_checkpoint_async as t
-
     from course_utils.checkpoint.background import train_big_table
 
-    run = partial(train_big_table, str(tmp_path / "used"), steps=2, **t.SMALL)
+    small = dict(rows=1000, dim=8, global_batch=64, samples=512)  # tests/test_checkpoint_async.py's
+    run = partial(train_big_table, str(tmp_path / "used"), steps=2, **small)
     assert launch(_used_its_gpu, run, world_size=2, timeout=300) == [True] * 2
-    t.test_two_ranks_train_the_weights_one_process_trains(tmp_path / "trained")
-    t.test_resume_from_an_async_checkpoint_is_bit_identical(tmp_path / "resumed")
+    run_cpu_tests(
+        "tests/test_checkpoint_async.py::test_two_ranks_train_the_weights_one_process_trains",
+        "tests/test_checkpoint_async.py::test_resume_from_an_async_checkpoint_is_bit_identical",
+    )
 
 
-def test_dcp_round_trip_on_cuda(tmp_path):
-    import test_checkpoint as t
+@pytest.mark.launches
+def test_dcp_round_trip_on_cuda():
+    run_cpu_tests(
+        "tests/test_checkpoint.py::test_sharded_dcp_resume_is_bit_identical_2_ranks[table_wise]",
+        "tests/test_checkpoint.py::test_sharded_dcp_resume_is_bit_identical_2_ranks[column_wise]",
+    )
 
-    t.test_sharded_dcp_resume_is_bit_identical_2_ranks(tmp_path, "row_wise")
 
-
+@pytest.mark.launches
 def test_two_local_nodes_get_distinct_gpus_and_nccl():
     from course_utils.runtime import runner
 
