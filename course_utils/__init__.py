@@ -77,6 +77,7 @@ _HOME = {
     "environment": "notebook.show",
     "show_source": "notebook.show",
     "show_diff": "notebook.show",
+    "varies": "notebook.marks",
     "quiz": "notebook",  # the module course_utils.notebook.quiz, as every chapter's last cell uses it
 }
 __all__ = list(_HOME)

@@ -83,3 +83,18 @@ def test_blanked_output_is_at_most_a_quarter(notebook):
 def test_every_marked_line_shows_its_measured_value(notebook):
     _, _, empty = blanked(notebook)
     assert not empty, f"{notebook.name}: marked lines with no value after the marker: {empty[:3]}"
+
+
+def test_a_line_printed_through_varies_is_blanked_from_its_marker_on():
+    from course_utils.notebook.marks import MARKS, varies
+
+    assert set(MARKS.values()) == set(MARKERS)
+    config = (ROOT / "tests" / "sanitize.cfg").read_text(encoding="utf-8")
+    rules = re.findall(r"^regex: (.*)\nreplace: (.*)$", config, flags=re.MULTILINE)
+    for kind, blank in (("clock", "⏱ <measured>"), ("machine", "⚙ <this machine>")):
+        line = f"compared {varies(kind, '1.23 s, 0.7071 AUC')}"
+        for regex, replace in rules:
+            line = re.sub(regex, replace, line)
+        assert line == f"compared {blank}", line
+    with pytest.raises(ValueError, match="clock"):
+        varies("wall", "1 s")

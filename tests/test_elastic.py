@@ -159,3 +159,24 @@ def test_the_scripts_take_their_backend_from_course_backend(monkeypatch, tmp_pat
                 main(["--out", str(tmp_path)])
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_demonstration_kill_waits_for_the_last_checkpoint_its_attempt_started(tmp_path):
+    """``train_hybrid``'s fault injector: the checkpoint it waits for before the kill, and the steps,
+    attempts and ranks for which it returns (the kill itself: tests/test_train_hybrid.py)."""
+    from types import SimpleNamespace
+
+    from course_utils.scripts.faults import FaultInjector
+
+    def injector(kill_at_step, first_step=0, rank=1, attempt=0):
+        args = SimpleNamespace(kill_at_step=kill_at_step, checkpoint_every=10, kill_rank=1, kill_what="rank")
+        return FaultInjector(args, tmp_path, rank, attempt, first_step)
+
+    assert injector(21).last_save == 20 and injector(20).last_save == 10 and injector(30).last_save == 20
+    assert injector(21, first_step=20).last_save is None  # resumed at 20: nothing saved yet
+    assert injector(5).last_save is None and injector(-1).last_save is None
+    # each returns (a kill would take this process down with it)
+    for step in (1, 20, 22):
+        injector(21).before_step(step)  # not the kill's step
+    injector(21, rank=0).before_step(21)  # not the rank --kill-rank names
+    injector(21, attempt=1).before_step(21)  # a later attempt

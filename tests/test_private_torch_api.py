@@ -285,23 +285,30 @@ def private_uses(file: str, pieces: list[tuple[str, ast.Module]], course: Course
                     if bases and method.name in course.overrides:
                         found(method, method.name)
             else:
-                if isinstance(node, ast.Attribute) and is_private(node.attr):
-                    obj, name = node.value, node.attr
-                elif isinstance(node, ast.Call) and _string_attribute(node):
-                    obj, name = _string_attribute(node)
-                    if not is_private(name):
-                        continue
-                else:
-                    continue
-                root = _root(obj)
-                root_name = root.id if isinstance(root, ast.Name) else None
-                if root_name in torch_names:
-                    found(node, name)
-                elif root_name in other_imports or name in NOT_TORCH:
-                    continue
-                elif name not in course.defined:
+                name = _private_attribute(node, torch_names, other_imports, course)
+                if name is not None:
                     found(node, name)
     return uses
+
+
+def _private_attribute(node, torch_names, other_imports, course: Course) -> str | None:
+    """The private torch name that ``node`` reads as an attribute (``x._name`` or
+    ``getattr(x, "_name")``), or None: not private, or of an object that is not torch's."""
+    if isinstance(node, ast.Attribute) and is_private(node.attr):
+        obj, name = node.value, node.attr
+    elif isinstance(node, ast.Call) and _string_attribute(node):
+        obj, name = _string_attribute(node)
+        if not is_private(name):
+            return None
+    else:
+        return None
+    root = _root(obj)
+    root_name = root.id if isinstance(root, ast.Name) else None
+    if root_name in torch_names:
+        return name
+    if root_name in other_imports or name in NOT_TORCH:
+        return None
+    return name if name not in course.defined else None
 
 
 @pytest.fixture(scope="module")

@@ -194,30 +194,40 @@ def step_seconds(
     device = torch.device(device) if device is not None else mine
     g = torch.Generator().manual_seed(dist.get_rank())
     x, y = torch.randn(rows, width, generator=g).to(device), torch.randn(rows, 1, generator=g).to(device)
-    seconds = {label: [] for label in variants}
-    waits = {label: [] for label, (kind, _) in variants.items() if kind in ("naive", "bucketed")}
-    buckets, backward = {}, []
+    timed, buckets = {label: [] for label in variants}, {}
     for _ in range(rounds):
         for label, (kind, options) in variants.items():
             model = _wrapped(tower(width, depth).to(device), kind, options, None)
-            optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-            for step in range(steps + 2):
-                dist.barrier()
-                start, backward_end, synced, end = _step(model, kind, (x,), y, optimizer, mine)
-                took = torch.tensor([end - start, synced - backward_end], dtype=torch.float64, device=mine)
-                dist.all_reduce(took, op=dist.ReduceOp.MAX)
-                if step >= 2:
-                    seconds[label].append(took[0].item())
-                    if label in waits:
-                        waits[label].append(took[1].item())
-                    if kind == "none":
-                        backward.append(backward_end - start)
+            timed[label] += _timed_steps(model, kind, x, y, steps, mine)
             buckets[label] = _message_bytes(model, kind)
+    kinds = {label: kind for label, (kind, _) in variants.items()}
     result = {
-        "seconds": {label: statistics.median(ts) for label, ts in seconds.items()},
+        "seconds": {label: statistics.median(t[0] for t in ts) for label, ts in timed.items()},
         "bucket_bytes": buckets,
-        "waits": {label: statistics.median(ws) for label, ws in waits.items()},
+        "waits": {
+            label: statistics.median(t[1] for t in ts)
+            for label, ts in timed.items()
+            if kinds[label] in ("naive", "bucketed")
+        },
     }
+    backward = [t[2] for label, ts in timed.items() if kinds[label] == "none" for t in ts]
     if backward:
         result["backward"] = statistics.median(backward)
     return result
+
+
+def _timed_steps(model: nn.Module, kind: str, x, y, steps: int, device) -> list[tuple[float, float, float]]:
+    """The probe of ``step_seconds``: ``steps`` SGD steps of ``model`` (wrapped as ``kind``) on
+    ``x [rows, width]``, ``y [rows, 1]``, timed after two untimed, every rank starting each step
+    together (a barrier). Per timed step: ``(step seconds, wait after backward)``, both the slowest
+    rank's, then this rank's forward and backward seconds."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    timed = []
+    for step in range(steps + 2):
+        dist.barrier()
+        start, backward_end, synced, end = _step(model, kind, (x,), y, optimizer, device)
+        took = torch.tensor([end - start, synced - backward_end], dtype=torch.float64, device=device)
+        dist.all_reduce(took, op=dist.ReduceOp.MAX)
+        if step >= 2:
+            timed.append((took[0].item(), took[1].item(), backward_end - start))
+    return timed

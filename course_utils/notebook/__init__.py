@@ -2,6 +2,7 @@
 
 * ``show``: ``show_source`` / ``show_diff`` (the package's code, shown in a notebook),
   ``environment``;
+* ``marks``: ``varies``, the ``⏱``/``⚙`` markers of machine-dependent values;
 * ``progress``: one line that updates while a long cell runs;
 * ``quiz``: each chapter's quiz, checked (``quiz.check(4, "ABDC...")``);
 * ``widgets``: the sliders of the explorers.

@@ -42,7 +42,8 @@ To show a failure, rank ``--kill-rank`` kills itself with SIGKILL just before st
 complete on disk (so where the job resumes from does not depend on timing); with
 ``--kill-what node`` it kills its torchrun agent first, as when a machine loses power; with
 ``--kill-what rendezvous-host``, every rank whose agent hosts the c10d rendezvous store does so
-(whatever ``--kill-rank``), as when the first node of a job is lost.
+(whatever ``--kill-rank``), as when the first node of a job is lost. The loop asks a
+``faults.FaultInjector`` once a step; without ``--kill-*`` it does nothing.
 
 Devices: NCCL with one GPU per rank where each local rank has one, gloo otherwise
 (``COURSE_BACKEND=gloo`` forces gloo; ``COURSE_CLUSTER=h100:nvlink`` runs the ranks on that modeled
@@ -54,12 +55,12 @@ Taught in chapter 08.
 from __future__ import annotations
 
 import os
-import signal
 from pathlib import Path
 
 from course_utils.scripts import job_checks
-from course_utils.scripts.job_control import StopFlag, kills_itself, wait_until_logged, where_to_resume
-from course_utils.scripts.job_events import attempt_number, log_event, torchrun_agent
+from course_utils.scripts.faults import FaultInjector
+from course_utils.scripts.job_control import StopFlag, where_to_resume
+from course_utils.scripts.job_events import attempt_number, log_event
 from course_utils.scripts.rank_exit import run_without_interpreter_shutdown
 
 SYNTHETIC_ROW_GROUPS = 24  # a multiple of 1, 2, 3, 4, 6, 8 and 12 ranks
@@ -128,23 +129,13 @@ def synthetic_data(folder: Path, rows: int, seed: int) -> tuple[Path, Path]:
     return train, test
 
 
-def train(args, stop: StopFlag) -> dict:
-    """The job, in every rank (default process group up). Returns ``{"step", "auc", "sha256"}``."""
-    import torch
-    import torch.distributed as dist
-
-    from course_utils.checkpoint import Checkpointer, job, random_state
-    from course_utils.runtime.hardware import rank_device
-    from course_utils.sharding.gathered import state_sha256
-    from course_utils.sharding.hybrid import HybridDLRM, predict_own_rows
+def _data(args, out: Path, rank: int, world: int):
+    """``(config, loader, test)``: the DLRM's config for the training data, this rank's batches of
+    it (``ParquetBatches``) and its row groups of the test set; the synthetic data set is written
+    first when there is no ``--data``."""
     from course_utils.workload import data
-    from course_utils.workload.global_auc import distributed_auc
     from course_utils.workload.models import DLRMConfig
-    from course_utils.workload.train import make_optimizer, train_step
 
-    rank, world = dist.get_rank(), dist.get_world_size()
-    out = args.checkpoint_dir
-    attempt = attempt_number(out, rank)
     train_path, test_path = (
         (args.data, args.test_data)
         if args.data is not None
@@ -154,21 +145,24 @@ def train(args, stop: StopFlag) -> dict:
     if args.data is None:  # the data exists now: the checkpoints must be of this job
         job_checks.check_checkpoint_matches(out, config.cardinalities, config.embedding_dim)
     loader = data.ParquetBatches(train_path, args.batch_size // world, rank, world, seed=args.seed)
-    test = data.read_parquet(test_path, rank, world)  # this rank's row groups of the test set
-    random_state.seed_all(args.seed + rank)
-    model = HybridDLRM(config, args.sharding, seed=args.seed)
-    optimizer = make_optimizer(model, "adam", args.lr)
-    checkpointer = Checkpointer(out, "async", group=dist.new_group(backend="gloo"), keep=2)
+    return config, loader, data.read_parquet(test_path, rank, world)
 
-    # steps in all; the epoch, the layouts that worked on it before this one, and this one's batches
-    step, epoch, history, done = 0, 0, [], 0
+
+def _resume(args, model, optimizer, attempt: int) -> tuple[int, int, list]:
+    """``(step, epoch, history)`` to start from: those of the newest complete checkpoint, loaded
+    into ``model`` and ``optimizer``, or a fresh start; logged (``started`` or ``resumed``)."""
+    import torch.distributed as dist
+
+    from course_utils.checkpoint import job
+
+    out, rank, world = args.checkpoint_dir, dist.get_rank(), dist.get_world_size()
+    step, epoch, history = 0, 0, []
     resume_from = where_to_resume(out, rank)
     if resume_from is not None:
         progress = job.load_job(model, optimizer, resume_from, seed=args.seed)
         step, epoch, history = progress["step"], progress["epoch"], progress["history"]
         if rank == 0:
             print(f"resumed at step {step} from {resume_from}", flush=True)
-    this_layout = (world, args.batch_size // world)
     log_event(
         out,
         attempt=attempt,
@@ -180,6 +174,32 @@ def train(args, stop: StopFlag) -> dict:
         node=os.environ.get("GROUP_RANK"),
         folder=resume_from.name if resume_from else None,
     )
+    return step, epoch, history
+
+
+def train(args, stop: StopFlag) -> dict:
+    """The job, in every rank (default process group up). Returns ``{"step", "auc", "sha256"}``."""
+    import torch
+    import torch.distributed as dist
+
+    from course_utils.checkpoint import Checkpointer, job, random_state
+    from course_utils.runtime.hardware import rank_device
+    from course_utils.sharding.hybrid import HybridDLRM
+    from course_utils.workload.train import make_optimizer, train_step
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out = args.checkpoint_dir
+    attempt = attempt_number(out, rank)
+    config, loader, test = _data(args, out, rank, world)
+    random_state.seed_all(args.seed + rank)
+    model = HybridDLRM(config, args.sharding, seed=args.seed)
+    optimizer = make_optimizer(model, "adam", args.lr)
+    checkpointer = Checkpointer(out, "async", group=dist.new_group(backend="gloo"), keep=2)
+
+    # steps in all; the epoch, the layouts that worked on it before this one, and this one's batches
+    step, epoch, history = _resume(args, model, optimizer, attempt)
+    this_layout, done = (world, args.batch_size // world), 0
+    faults = FaultInjector(args, out, rank, attempt, first_step=step)
 
     def complete(saved_step: int) -> None:  # in DCP's writing thread, once the save is on disk
         log_event(out, attempt=attempt, rank=rank, event="checkpoint", step=saved_step)
@@ -191,20 +211,14 @@ def train(args, stop: StopFlag) -> dict:
             log_event(out, attempt=attempt, rank=rank, event="saving", step=step)
         checkpointer.save(state, step, on_complete=complete if rank == 0 else None)
 
-    device, stopped, last_saved = rank_device(), False, None  # last_saved: this attempt's latest save
+    device, stopped = rank_device(), False
     while step < args.steps and not stopped:
         loader.set_epoch(epoch, history)
         if len(loader) == 0:  # nothing left of this epoch for this layout: the next one
             epoch, history, done = epoch + 1, [], 0
             continue
         for batch in loader:
-            if attempt == 0 and step + 1 == args.kill_at_step and kills_itself(args, rank):
-                if last_saved is not None:
-                    wait_until_logged(out, last_saved)
-                log_event(out, attempt=attempt, rank=rank, event="killed", step=step + 1, what=args.kill_what)
-                if args.kill_what != "rank":
-                    os.kill(torchrun_agent(), signal.SIGKILL)
-                os.kill(os.getpid(), signal.SIGKILL)
+            faults.before_step(step + 1)  # the demonstration kills (--kill-*); nothing otherwise
             loss = train_step(model, optimizer, batch)
             step, done = step + 1, done + 1
             # one all-reduce: the loss summed, and how many ranks were asked to stop
@@ -216,13 +230,25 @@ def train(args, stop: StopFlag) -> dict:
                 print(f"step {step} loss {mean_loss:.4f}", flush=True)
             if step % args.checkpoint_every == 0 or stopped or step == args.steps:
                 save()
-                last_saved = step
             if stopped or step == args.steps:
                 break
         else:  # the epoch ran out
             epoch, history, done = epoch + 1, [], 0
     checkpointer.close()  # the last save is complete on disk before anyone reports or exits
-    if stopped:
+    return _report(out, attempt, step, model, test, stop if stopped else None)
+
+
+def _report(out: Path, attempt: int, step: int, model, test, stop: StopFlag | None) -> dict:
+    """The job's end, logged and said by rank 0: stopped (``stop``: what asked, then no AUC), or
+    finished with its test AUC and parameters' hash. Returns ``{"step", "auc", "sha256"}``."""
+    import torch.distributed as dist
+
+    from course_utils.sharding.gathered import state_sha256
+    from course_utils.sharding.hybrid import predict_own_rows
+    from course_utils.workload.global_auc import distributed_auc
+
+    rank = dist.get_rank()
+    if stop is not None:
         log_event(out, attempt=attempt, rank=rank, event="stopped", step=step, why=stop.why)
         if rank == 0:
             why = stop.why or "another rank's stop request"
