@@ -46,6 +46,7 @@ def broken_contracts(planted: list[tuple[str, str]] = (), modules: list[str] = (
                 graph.add_import(importer=importer, imported=imported)
             return graph
 
+    use_cases._register_built_in_contract_types()  # as lint-imports does before it reads the contracts
     settings.configure(GRAPH_BUILDER=Planting())
     try:
         report = use_cases.create_report(use_cases.read_user_options(PYPROJECT), cache_dir=None)
