@@ -1,7 +1,7 @@
 """The maintainers' dev loop: a chapter is the unit of work.
 
     nox -l                          # the sessions
-    nox -s lint                     # ruff check and ruff format --check, at CI's pinned version
+    nox -s lint                     # ruff check and format --check, lint-imports, at pinned versions
     nox -s unit                     # tests that start no process and run no notebook (< 1 min)
     nox -s chapter -- 04            # chapter 04's tests, notebooks and worked solution (nbval)
     nox -s regenerate -- 04         # re-execute chapter 04's notebooks and solution, outputs stored
@@ -64,10 +64,14 @@ def _notebooks(number: str) -> list[str]:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff's linter (notebooks included) and formatter, as CI runs them."""
+    """ruff's linter (notebooks included) and formatter, as CI runs them; then the import
+    contracts (``lint-imports``, at the test extra's pinned version; pyproject.toml states them)."""
     session.install(RUFF)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    session.install(*(spec for spec in extras["test"] if spec.startswith("import-linter")))
+    session.run("lint-imports", "--no-cache")
 
 
 @nox.session

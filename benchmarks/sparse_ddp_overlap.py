@@ -3,7 +3,7 @@
     python benchmarks/sparse_ddp_overlap.py                      # 20 launches x 2000 steps each way
     python benchmarks/sparse_ddp_overlap.py --launches 50 --ways average_after_backward
 
-Trains chapter 08's ``BigTableModel`` (a 200,000 x 64 ``EmbeddingBag`` with sparse gradients, then
+Trains appendix 04a's ``BigTableModel`` (a 200,000 x 64 ``EmbeddingBag`` with sparse gradients, then
 a linear layer) on 2 gloo ranks, in two ways:
 
 * ``ddp``: DDP all-reduces every gradient, the table's sparse one included, in gloo's worker
@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from course_utils import RankFailedError, launch
-from course_utils.checkpoint.background import BigTableModel, average_sparse_gradient
+from course_utils.ddp.sparse_tables import BigTableModel, average_sparse_gradient
 
 WAYS = ("ddp", "average_after_backward")
 

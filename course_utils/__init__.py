@@ -7,15 +7,17 @@ The names most chapters use are importable from the top level::
 
     from course_utils import launch, devices, show_source, quiz, Cluster, modeled_time
 
-The tree is layered; each layer imports only the ones before it (``tests/test_imports.py``):
+The tree is layered; a package imports only its own layer and lower ones (CONTRIBUTING.md draws
+the tree; ``lint-imports`` checks it, with the contracts in ``pyproject.toml``):
 
-1. ``runtime``: starting ranks (``launch``, torchrun, SLURM stand-in), the machine, torch's
-   private and version-dependent APIs (``compat``);
-2. ``notebook``: ``show_source`` / ``show_diff``, progress lines, quizzes, widgets;
-3. ``workload``: the click-log data, the DLRM, its metrics, one training loop;
-4. one package per topic: ``collectives``, ``data_parallel``, ``ddp``, ``model_parallel``,
-   ``pipeline``, ``sharding``, ``checkpoint``; each one's ``__init__`` is its public API;
-5. ``explorers`` (interactive figures) and ``scripts`` (what ``python -m`` and torchrun start).
+0. ``runtime``: starting ranks (``launch``, torchrun, SLURM stand-in), the machine, torch's
+   private APIs (``compat``) and what differs between torch releases (``versions``);
+1. ``notebook``: ``show_source`` / ``show_diff``, progress lines, quizzes, widgets;
+2. ``workload``: the click-log data, the DLRM, its metrics, one training loop;
+3. one package per topic, in chapter order (a chapter's package imports only earlier chapters'):
+   ``collectives``, ``data_parallel``, ``ddp``, ``model_parallel``, ``pipeline``, ``sharding``,
+   ``checkpoint``; each one's ``__init__`` is its public API;
+4. ``explorers`` (interactive figures) and ``scripts`` (what ``python -m`` and torchrun start).
 
 The top-level names are imported on first use, so a script that torchrun starts
 as ``python -m course_utils.scripts.<name>`` pays only for what it uses.

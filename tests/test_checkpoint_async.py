@@ -8,13 +8,8 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from course_utils import checkpoint, launch
-from course_utils.checkpoint.background import (
-    BigTableModel,
-    Checkpointer,
-    average_sparse_gradient,
-    latest_complete,
-    train_big_table,
-)
+from course_utils.checkpoint.background import Checkpointer, latest_complete, train_big_table
+from course_utils.ddp.sparse_tables import BigTableModel
 
 pytestmark = [pytest.mark.chapter(8), pytest.mark.launches]
 
@@ -77,11 +72,6 @@ def test_two_ranks_train_the_weights_one_process_trains(tmp_path):
     for name in one:
         torch.testing.assert_close(two[name], one[name], rtol=0, atol=1e-5, msg=name)
     assert not torch.equal(one["table.weight"], BigTableModel(1000, 8).table.weight.detach())  # it trained
-
-
-def test_average_sparse_gradient_refuses_a_dense_gradient():
-    with pytest.raises(ValueError, match="sparse gradient"):
-        average_sparse_gradient(torch.nn.Parameter(torch.zeros(3)))
 
 
 def test_resume_from_an_async_checkpoint_is_bit_identical(tmp_path):

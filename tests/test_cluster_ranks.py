@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from course_utils import launch
-from course_utils.runtime import compat, hardware
+from course_utils.runtime import hardware, versions
 from course_utils.runtime.cluster import Cluster, ClusterTimeline, installed, modeled_ns, timeline
 
 pytestmark = [pytest.mark.chapter(2, 4, 6), pytest.mark.launches]
@@ -76,7 +76,7 @@ def every_operation() -> dict:
     )
     out["all_to_all_single"] = received
     outs = [torch.zeros(2) for _ in range(w)]
-    compat.all_to_all(outs, [x[2 * k : 2 * k + 2] for k in range(w)])
+    versions.all_to_all(outs, [x[2 * k : 2 * k + 2] for k in range(w)])
     out["all_to_all"] = torch.cat(outs)
     gathered = [torch.zeros(12) for _ in range(w)] if me == 0 else None
     dist.gather(x, gathered, dst=0)

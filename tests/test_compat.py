@@ -1,6 +1,7 @@
-"""course_utils.runtime.compat and the version-proof pieces built on it: all-to-all with and without the
-backend's collective, torch.distributed.pipelining's handshake and step options, and the engine
-lines that show_rank_output leaves out (gloo's connection report, c10 logs)."""
+"""course_utils.runtime.compat (torch's private APIs) and versions (the version-proof pieces):
+all-to-all with and without the backend's collective, torch.distributed.pipelining's handshake and
+step options, and the engine lines that show_rank_output leaves out (gloo's connection report, c10
+logs)."""
 
 import types
 
@@ -32,9 +33,9 @@ def all_to_all_both_ways():
     failures = []
     for dtype in (torch.float32, torch.int64):
         for name, fn, uneven in (
-            ("all_to_all", compat.all_to_all, False),
-            ("by_pairs", compat.all_to_all_by_pairs, False),
-            ("by_pairs uneven", compat.all_to_all_by_pairs, True),
+            ("all_to_all", versions.all_to_all, False),
+            ("by_pairs", versions.all_to_all_by_pairs, False),
+            ("by_pairs uneven", versions.all_to_all_by_pairs, True),
         ):
             outs = [torch.empty_like(e) for e in _expected(rank, world, dtype, uneven)]
             fn(outs, _pieces(rank, world, dtype, uneven))
@@ -70,7 +71,7 @@ def all_to_all_where_the_backend_refuses():
         results = []
         for _ in range(2):
             outs = [torch.empty(2) for _ in range(world)]
-            compat.all_to_all(outs, _pieces(rank, world, torch.float32))
+            versions.all_to_all(outs, _pieces(rank, world, torch.float32))
             results.append(
                 all(
                     torch.equal(o, e)
@@ -96,7 +97,7 @@ def all_to_all_other_errors_are_raised():
 
     real, dist.all_to_all = dist.all_to_all, broken
     try:
-        compat.all_to_all([torch.empty(1)] * 2, [torch.ones(1)] * 2)
+        versions.all_to_all([torch.empty(1)] * 2, [torch.ones(1)] * 2)
     except RuntimeError as exc:
         return str(exc)
     finally:
@@ -113,7 +114,7 @@ def pairs_on_a_subgroup():
     groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]  # every rank creates every group
     mine = groups[rank % 2]
     outs = [torch.empty(1), torch.empty(1)]
-    compat.all_to_all_by_pairs(
+    versions.all_to_all_by_pairs(
         outs, [torch.tensor([10.0 * rank]), torch.tensor([10.0 * rank + 1])], group=mine
     )
     return [int(o.item()) for o in outs]
@@ -129,7 +130,7 @@ def test_pairs_on_a_subgroup_use_group_ranks():
 def test_pairs_check_the_number_of_pieces():
     def wrong_count():
         try:
-            compat.all_to_all_by_pairs([torch.empty(1)], [torch.ones(1)])
+            versions.all_to_all_by_pairs([torch.empty(1)], [torch.ones(1)])
         except ValueError as exc:
             return str(exc)
 
@@ -151,7 +152,7 @@ def p2p_batches_posted():
 
     dist.batch_isend_irecv = record
     try:
-        compat.all_to_all_by_pairs(
+        versions.all_to_all_by_pairs(
             [torch.empty(2) for _ in range(world)], _pieces(rank, world, torch.float32)
         )
         runs.demo_isend_irecv()
@@ -175,7 +176,7 @@ def test_every_send_is_posted_with_the_receives_in_one_batch():
 
 def test_init_handshake_is_float32_both_ways():
     ops = [types.SimpleNamespace(tensor=torch.zeros(1)), types.SimpleNamespace(tensor=torch.tensor(3))]
-    fixed = compat.fix_init_handshake(ops)
+    fixed = versions.fix_init_handshake(ops)
     assert fixed is ops and [op.tensor.dtype for op in ops] == [torch.float32] * 2
     assert [op.tensor.numel() * op.tensor.element_size() for op in ops] == [4, 4]
     assert ops[1].tensor.item() == 3.0
@@ -210,8 +211,8 @@ def test_step_options_follow_the_schedules_signature():
         def step(self, *args, target=None, losses=None, return_outputs=True, **kwargs):
             pass
 
-    assert not compat.step_accepts_return_outputs(Old())
-    assert compat.step_accepts_return_outputs(New())
+    assert not versions.step_accepts_return_outputs(Old())
+    assert versions.step_accepts_return_outputs(New())
 
 
 # --- what show_rank_output leaves out ----------------------------------------------
@@ -253,7 +254,7 @@ def test_reusable_stager_stages_again_or_is_none():
     ``KeyError: <class 'type'>`` on the second save); the course then lets async_save make its own."""
     staging = pytest.importorskip("torch.distributed.checkpoint.staging")
     options = staging.StagingOptions(False, False, False, False)
-    stager = compat.reusable_stager(options)
+    stager = versions.reusable_stager(options)
     if stager is None:  # this torch's stager is single-use: the course must not reuse it
         once = staging.DefaultStager(options)
         once.stage({"t": torch.ones(2)})
@@ -314,3 +315,26 @@ def test_cuda_probes_and_dynamo_import():
         assert torch.cuda.device_count() == 0
     compat.import_dynamo()
     assert "torch._dynamo" in sys.modules
+
+
+@pytest.mark.parametrize("module", [compat, versions])
+def test_the_docstring_index_and_all_name_every_public_helper(module):
+    """What the module defines, its ``__all__`` and its docstring's index are one list: a helper
+    missing from one of them is one a reader of the index, or ``import *``, would not find."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(module))
+    defined = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {t.id for t in targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.ImportFrom):  # a torch class under a name of the module's own
+            defined |= {alias.asname for alias in node.names if alias.asname}
+    public = {name for name in defined if not name.startswith("_")} - {"__all__"}
+    assert set(module.__all__) == public
+    indexed = {name for name in public if f"``{name}``" in module.__doc__ or f"``{name}(" in module.__doc__}
+    assert indexed == public, f"not in {module.__name__}'s docstring: {sorted(public - indexed)}"

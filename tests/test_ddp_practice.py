@@ -14,6 +14,7 @@ from course_utils.ddp import (
     input_pipeline,
     mixed_precision,
     rank_agreement,
+    sparse_tables,
 )
 from course_utils.ddp.overlap import tower
 from course_utils.runtime.cluster import collective_seconds
@@ -173,9 +174,12 @@ def test_sparse_table_averaged_after_backward_equals_dense_ddp():
 
 
 def evaluation_free_sparse():
-    from course_utils.ddp import sparse_tables
-
     return sparse_tables.sparse_or_dense(rows=2000, dim=8, batch=16, bag=3, steps=3)
+
+
+def test_average_sparse_gradient_refuses_a_dense_gradient():
+    with pytest.raises(ValueError, match="sparse gradient"):
+        sparse_tables.average_sparse_gradient(torch.nn.Parameter(torch.zeros(3)))
 
 
 @pytest.mark.launches

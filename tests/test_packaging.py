@@ -100,6 +100,7 @@ def test_what_the_code_imports_is_declared():
         "ipykernel": "jupyterlab",
         "jupyter_client": "jupyterlab",
         "nox": "nox",
+        "importlinter": "import-linter",
     }
     stdlib = set(sys.stdlib_module_names)
     local = {"course_utils", "conftest", "helpers"} | {

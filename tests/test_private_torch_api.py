@@ -59,7 +59,7 @@ ALLOWED = {
     ("course_utils/pipeline/torch_pipelining.py", "_get_init_p2p_neighbors_ops"): (
         "Stage subclasses PipelineStage to override the method PipelineStage calls to build its "
         "handshake with its neighbours; an override has to be defined on the subclass. "
-        "compat.fix_init_handshake holds the version-dependent part (torch 2.9's int64 scalar), "
+        "versions.fix_init_handshake holds the version-dependent part (torch 2.9's int64 scalar), "
         "and the override exists only where PipelineStage has the method."
     ),
 }

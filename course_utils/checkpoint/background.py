@@ -19,7 +19,8 @@ is deleted once a newer one is complete.
 
 :func:`train_big_table` is the run the chapter measures: data-parallel training of a model
 whose state (a 200,000 x 64 embedding table and its Adagrad sums) is over 100 MB,
-checkpointed with an :class:`~course_utils.checkpoint.AppState` every few steps.
+checkpointed with an :class:`~course_utils.checkpoint.AppState` every few steps. The model and
+its sparse gradient's average come from appendix 04a (``course_utils.ddp.sparse_tables``).
 
 Taught in chapter 08 (section 4, asynchronous checkpoints).
 """
@@ -38,7 +39,8 @@ import torch.distributed as dist
 from course_utils.checkpoint.app_state import AppState
 from course_utils.checkpoint.folders import latest_complete, prunable
 from course_utils.checkpoint.position import GlobalPositionSampler
-from course_utils.runtime import compat
+from course_utils.ddp.sparse_tables import BigTableModel, average_sparse_gradient
+from course_utils.runtime import compat, versions
 from course_utils.runtime.hardware import rank_device
 
 __all__ = [
@@ -46,8 +48,6 @@ __all__ = [
     "latest_complete",
     "folder_bytes",
     "slowest_rank_stalls",
-    "BigTableModel",
-    "average_sparse_gradient",
     "train_big_table",
 ]
 
@@ -133,12 +133,12 @@ class Checkpointer:
 def _reusable_stager():
     """A staging area that keeps its CPU buffers from one ``async_save`` to the next (the
     default one is made and freed at every call, so each save allocates the whole state
-    again), or None where this torch has no reusable ``DefaultStager`` (``compat.reusable_stager``)."""
+    again), or None where this torch has no reusable ``DefaultStager`` (``versions.reusable_stager``)."""
     try:
         from torch.distributed.checkpoint.staging import StagingOptions
     except ImportError:
         return None
-    return compat.reusable_stager(
+    return versions.reusable_stager(
         StagingOptions(
             use_pinned_memory=torch.cuda.is_available(),  # faster copies from the GPU
             use_shared_memory=False,
@@ -153,50 +153,6 @@ def slowest_rank_stalls(results: list[dict], key: str = "stalls") -> list[float]
     for the previous save). ``results``: what :func:`train_big_table` returned on each rank.
     The next collective waits for the slowest rank, so that is the time the job stood still."""
     return [max(per_rank) for per_rank in zip(*(r[key] for r in results), strict=True)]
-
-
-class BigTableModel(torch.nn.Module):
-    """A click model whose state is large and whose step is cheap: a sum-pooled embedding
-    table ``[rows, dim]`` with sparse gradients, then a linear layer. ``forward(ids [B, L]) -> [B]``."""
-
-    def __init__(self, rows: int, dim: int = 64, seed: int = 0):
-        super().__init__()
-        generator = torch.Generator().manual_seed(seed)
-        self.table = torch.nn.EmbeddingBag(rows, dim, mode="sum", sparse=True)
-        self.head = torch.nn.Linear(dim, 1)
-        with torch.no_grad():
-            self.table.weight.copy_(torch.randn(rows, dim, generator=generator) * 0.01)
-            self.head.weight.copy_(torch.randn(1, dim, generator=generator) * 0.1)
-            self.head.bias.zero_()
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.head(self.table(ids)).squeeze(1)
-
-
-def average_sparse_gradient(parameter: torch.nn.Parameter) -> None:
-    """Replace ``parameter.grad`` (sparse COO, ``[rows, dim]`` with ``nnz`` looked-up rows) by its
-    mean over the ranks of the default group: one ``dist.all_reduce`` of the sparse tensor (gloo
-    all-gathers every rank's indices and values and adds them), waited for here.
-
-    Why not leave it to DDP, which all-reduces sparse gradients too: DDP starts that all-reduce
-    in one of gloo's worker threads while the backward pass goes on and the dense bucket's
-    all-reduce starts in the other, and on torch 2.13 (CPU, 2 cores) that overlap now and then
-    corrupted the heap. A rank died with SIGSEGV, or SIGABRT ("malloc(): unaligned tcache chunk
-    detected"), in ``malloc`` called from ``AsyncSparseAllreduceWork``'s ``coalesce`` on a gloo
-    worker: in 2 of 20 launches of 2000 steps (``benchmarks/sparse_ddp_overlap.py`` measures it
-    on your torch). Averaged here, after backward, with nothing else running: 0 of 50 launches.
-    """
-    grad = parameter.grad
-    if grad is None or not grad.is_sparse:
-        raise ValueError(
-            "average_sparse_gradient expects a parameter with a sparse gradient (call it after backward, "
-            "on an embedding built with sparse=True)"
-        )
-    # NCCL has no sparse all-reduce ("only available in the NCCL experimental branch"): a GPU's
-    # sparse gradient goes through the group's gloo half, on the CPU, and back
-    summed = grad.cpu()  # on the CPU: grad itself
-    dist.all_reduce(summed)  # in place: summed now holds the sum over the ranks
-    parameter.grad = summed.div_(dist.get_world_size()).to(grad.device)
 
 
 def train_big_table(
@@ -230,7 +186,7 @@ def train_big_table(
     """
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    compat.quiet_dcp_storage_warning()
+    versions.quiet_dcp_storage_warning()
     world = dist.get_world_size()
     if global_batch % world:
         raise ValueError(f"global_batch={global_batch} must divide evenly over {world} ranks")

@@ -22,7 +22,7 @@ from typing import Protocol
 
 import torch
 
-from course_utils.runtime import compat
+from course_utils.runtime import versions
 
 __all__ = [
     "ShardedModel",
@@ -73,7 +73,7 @@ def save_sharded(model, optimizer, path: str | os.PathLike, progress: dict | Non
 
     state = sharded_state_dict(model, optimizer)
     state.update({f"progress/{k}": torch.tensor(v) for k, v in (progress or {}).items()})
-    compat.quiet_dcp_storage_warning()
+    versions.quiet_dcp_storage_warning()
     dcp.save(state, checkpoint_id=str(path))
 
 

@@ -18,8 +18,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from course_utils.runtime.compat import all_to_all
 from course_utils.runtime.hardware import rank_device
+from course_utils.runtime.versions import all_to_all
 
 
 def start_tensor(length: int | None = None) -> torch.Tensor:

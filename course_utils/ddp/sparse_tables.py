@@ -16,11 +16,12 @@ DDP all-reduces all of it: ``4 N D`` bytes a step whatever the batch touched. Bu
 
 The safe route: DDP averages the dense layers only (``compat.ddp_ignore`` takes the table out of
 DDP), and the table's sparse gradient is averaged once ``backward()`` has returned, with nothing
-else running (``course_utils.checkpoint.background.average_sparse_gradient``: one blocking
-``all_reduce`` of the sparse tensor, then a division by the world size); 0 of 50 launches failed.
-The other safe route is a dense table: DDP all-reduces its ``[N, D]`` gradient like any other.
+else running (``average_sparse_gradient``: one blocking ``all_reduce`` of the sparse tensor,
+then a division by the world size); 0 of 50 launches failed. The other safe route is a dense
+table: DDP all-reduces its ``[N, D]`` gradient like any other.
 
-``sparse_or_dense`` trains the same table both ways and returns the weights and the bytes.
+``sparse_or_dense`` trains the same table (``BigTableModel``) both ways and returns the weights and
+the bytes. Chapter 08's big-table run (``course_utils.checkpoint.background``) trains it the safe way.
 
 Taught in chapter 04 (appendix 04a, section 5).
 """
@@ -31,11 +32,49 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from course_utils.checkpoint.background import BigTableModel, average_sparse_gradient
 from course_utils.runtime import compat
 from course_utils.workload.sparse_optim import tensor_bytes
 
-__all__ = ["sparse_or_dense"]
+__all__ = ["BigTableModel", "average_sparse_gradient", "sparse_or_dense"]
+
+
+class BigTableModel(torch.nn.Module):
+    """A click model whose state is large and whose step is cheap: a sum-pooled embedding
+    table ``[rows, dim]`` with sparse gradients, then a linear layer. ``forward(ids [B, L]) -> [B]``."""
+
+    def __init__(self, rows: int, dim: int = 64, seed: int = 0):
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.table = torch.nn.EmbeddingBag(rows, dim, mode="sum", sparse=True)
+        self.head = torch.nn.Linear(dim, 1)
+        with torch.no_grad():
+            self.table.weight.copy_(torch.randn(rows, dim, generator=generator) * 0.01)
+            self.head.weight.copy_(torch.randn(1, dim, generator=generator) * 0.1)
+            self.head.bias.zero_()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.table(ids)).squeeze(1)
+
+
+def average_sparse_gradient(parameter: torch.nn.Parameter) -> None:
+    """Replace ``parameter.grad`` (sparse COO, ``[rows, dim]`` with ``nnz`` looked-up rows) by its
+    mean over the ranks of the default group: one ``dist.all_reduce`` of the sparse tensor (gloo
+    all-gathers every rank's indices and values and adds them), waited for here.
+
+    Why not leave it to DDP, which all-reduces sparse gradients too: its overlapped sparse
+    all-reduce crashed ranks on gloo (the module's docstring says how often).
+    """
+    grad = parameter.grad
+    if grad is None or not grad.is_sparse:
+        raise ValueError(
+            "average_sparse_gradient expects a parameter with a sparse gradient (call it after backward, "
+            "on an embedding built with sparse=True)"
+        )
+    # NCCL has no sparse all-reduce ("only available in the NCCL experimental branch"): a GPU's
+    # sparse gradient goes through the group's gloo half, on the CPU, and back
+    summed = grad.cpu()  # on the CPU: grad itself
+    dist.all_reduce(summed)  # in place: summed now holds the sum over the ranks
+    parameter.grad = summed.div_(dist.get_world_size()).to(grad.device)
 
 
 def sparse_or_dense(rows: int = 20_000, dim: int = 16, batch: int = 64, bag: int = 4, steps: int = 5) -> dict:

@@ -20,6 +20,7 @@ from course_utils.model_parallel.vertical import (
     lookup_placed,
     partition_sequential,
     place_embedding_tables,
+    place_largest_first,
     rank_devices,
 )
 
@@ -30,5 +31,6 @@ __all__ = [
     "rank_devices",
     "ddp_split_gradients",
     "place_embedding_tables",
+    "place_largest_first",
     "lookup_placed",
 ]

@@ -9,12 +9,12 @@ part's device, the ``.cuda(n)`` / ``.to(device)`` idiom::
 
 Each device holds only its part's weights, but only one device works at a time
 (``course_utils.pipeline.vertical.split_step`` times it on modeled GPUs, the hop a message
-between them). Embedding
-tables are placed the same way, whole tables on different devices
-(``place_embedding_tables``, ``lookup_placed``). A split model trains data-parallel
-too: ``ddp_split_gradients`` wraps it in ``DistributedDataParallel(..., device_ids=None)``
-on ``rank_devices`` (several devices per rank). Splitting one layer across ranks
-instead is tensor parallelism: ``course_utils.model_parallel.tensor_parallel``.
+between them). Embedding tables are placed the same way, whole tables on different devices
+(``place_embedding_tables``, largest first with ``place_largest_first``; ``lookup_placed``). A
+split model trains data-parallel too: ``ddp_split_gradients`` wraps it in
+``DistributedDataParallel(..., device_ids=None)`` on ``rank_devices`` (several devices per rank).
+Splitting one layer across ranks instead is tensor parallelism:
+``course_utils.model_parallel.tensor_parallel``.
 
 Layers created on different devices and put in one ``nn.Sequential`` are *not* a
 split: ``Sequential`` moves no activation, and the first layer on another device
@@ -34,7 +34,6 @@ from torch import nn
 from course_utils.model_parallel.activation_memory import saved_for_backward
 from course_utils.runtime.checks import check_whole
 from course_utils.runtime.hardware import gpu_count
-from course_utils.sharding.plan import place_largest_first
 
 
 def partition_sequential(model: nn.Sequential, parts: int | Sequence[int]) -> list[nn.Sequential]:
@@ -194,13 +193,25 @@ def ddp_split_gradients(
 # --- embedding tables on different devices --------------------------------------------------
 
 
+def place_largest_first(sizes: Sequence[int], bins: int) -> list[int]:
+    """Greedy placement: the largest item first (ties: the lower index), each onto the bin holding
+    the least so far (ties: the lower bin). Returns each item's bin. Used for tables on devices
+    (:func:`place_embedding_tables`), and by chapter 07 for table-wise plans
+    (``course_utils.sharding.plan``)."""
+    held, where = [0] * bins, [0] * len(sizes)
+    for t in sorted(range(len(sizes)), key=lambda t: (-sizes[t], t)):
+        where[t] = held.index(min(held))
+        held[where[t]] += sizes[t]
+    return where
+
+
 def place_embedding_tables(model, devices: Sequence[torch.device], balance: bool = True) -> list[int]:
     """Move each table of a DLRM (``model.embeddings``) to one of ``devices``; the dense
     MLPs stay where they are. ``balance``: largest table first, each onto the device
     holding the fewest bytes so far (greedy); else round robin. Returns each table's
     index into ``devices``."""
     sizes = [bag.weight.nbytes for bag in model.embeddings]
-    if balance:  # the greedy rule of table-wise sharding (chapter 07)
+    if balance:  # greedy, as chapter 07's table-wise sharding places whole tables on ranks
         where = place_largest_first(sizes, len(devices))
     else:
         where = [t % len(devices) for t in range(len(sizes))]

@@ -7,7 +7,7 @@
 * ``quiz``: each chapter's quiz, checked (``quiz.check(4, "ABDC...")``);
 * ``widgets``: the sliders of the explorers.
 
-Imports only ``course_utils.runtime`` (``tests/test_imports.py``).
+Layer 1 of CONTRIBUTING.md's tree: imports only ``course_utils.runtime`` (``lint-imports`` checks it).
 
 Taught in chapter 00 (``show_source``, the quizzes).
 """

@@ -28,10 +28,10 @@ from course_utils.pipeline.mlp import MLPConfig, loss_fn
 from course_utils.pipeline.runs import MeasuredRun, PipelineRun, alternate, check_runnable, collect
 from course_utils.pipeline.schedules import SCHEDULE_KINDS, Schedule, ScheduleKind
 from course_utils.runtime import cluster
-from course_utils.runtime.compat import fix_init_handshake, step_accepts_return_outputs
 from course_utils.runtime.hardware import rank_device
 from course_utils.runtime.launcher import launch
 from course_utils.runtime.timing import now
+from course_utils.runtime.versions import fix_init_handshake, step_accepts_return_outputs
 
 # kind -> torch's schedule class, for the kinds torch has (from the one table, ``SCHEDULE_KINDS``)
 TORCH_SCHEDULES = {
@@ -41,7 +41,7 @@ TORCH_SCHEDULES = {
 
 class Stage(PipelineStage):
     """``PipelineStage`` whose first handshake with its neighbours sends float32 both ways
-    (torch 2.9 sends an int64 into a float32 buffer, which gloo aborts on: see ``compat``).
+    (torch 2.9 sends an int64 into a float32 buffer, which gloo aborts on: see ``versions``).
     Newer torch (2.15) has no such handshake, and this class then adds nothing."""
 
     if hasattr(PipelineStage, "_get_init_p2p_neighbors_ops"):

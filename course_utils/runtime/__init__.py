@@ -6,11 +6,12 @@
 * ``process_tree`` (stopping a launcher and everything it started), ``loopback`` (keeping a
   one-machine job where no other machine can reach it);
 * ``hardware`` (devices, backends), ``nvml`` (GPU memory without initialising CUDA);
-* ``compat`` (every private or version-dependent torch API), ``checks`` (input checks),
-  ``timing`` (wall time that waits for the device), ``examples`` (rank functions to launch).
+* ``compat`` (every private torch API), ``versions`` (what differs between supported torch
+  releases), ``checks`` (input checks), ``timing`` (wall time that waits for the device),
+  ``examples`` (rank functions to launch).
 
-Nothing here imports a higher layer (``notebook``, ``workload``, the topic packages):
-``tests/test_imports.py`` checks it. Nothing is imported eagerly: a torchrun script pays only
+Layer 0 of CONTRIBUTING.md's tree: nothing here imports a higher layer (``notebook``, ``workload``,
+the topic packages); ``lint-imports`` checks it. Nothing is imported eagerly: a torchrun script pays only
 for the modules it uses.
 
 Taught in chapter 00 (launching ranks; the machine).

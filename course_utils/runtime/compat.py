@@ -1,12 +1,8 @@
-"""What differs between the torch versions the course supports (2.9.1, the floor, to 2.13), in one place.
+"""Every private torch API the course needs, in one place (``tests/test_private_torch_api.py`` finds
+any other use), each wrapped in a function that says what it reaches and why no public call does.
+The differences between torch versions that public APIs absorb are in ``versions.py``.
 
-The differences that public APIs absorb live in ``versions.py`` and are re-exported here
-(``all_to_all``, ``all_to_all_by_pairs``, ``fix_init_handshake``, ``step_accepts_return_outputs``,
-``reusable_stager``, ``quiet_dcp_storage_warning``), so the course imports them all from ``compat``.
-
-And every private torch API the course needs (``tests/test_private_torch_api.py`` finds any
-other use), each wrapped in a function that says what it reaches and why no public call does:
-
+* ``sparse_indices_and_values(t)``: a sparse COO tensor's indices and values, coalesced or not;
 * ``cuda_compiled()``, ``gpu_count_from_driver()``: GPUs counted without initialising CUDA;
 * ``gpu_sleep(cycles)``: device time on the current stream that the host does not wait for;
   ``dump_flight_recorder(nccl)``: the flight recorder's entries of this process;
@@ -36,38 +32,24 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from course_utils.runtime.versions import (
-    all_to_all,
-    all_to_all_by_pairs,
-    fix_init_handshake,
-    quiet_dcp_storage_warning,
-    reusable_stager,
-    step_accepts_return_outputs,
-)
-
 __all__ = [
-    "all_to_all",
-    "all_to_all_by_pairs",
+    "sparse_indices_and_values",
     "computes_pipeline_order",
     "cuda_compiled",
     "ddp_bucket_sizes",
     "ddp_ignore",
     "queue_autograd_callback",
-    "fix_init_handshake",
     "gpu_count_from_driver",
     "gpu_sleep",
     "dump_flight_recorder",
     "import_dynamo",
     "module_tree_copy",
     "pipeline_order",
-    "quiet_dcp_storage_warning",
-    "reusable_stager",
     "set_parameter",
     "WORK_BASE",
     "register_cpu_backend",
     "backend_all_gather_into_tensor",
     "backend_reduce_scatter_tensor",
-    "step_accepts_return_outputs",
     "storage_key",
     "in_autograd_backward",
     "op_schema",

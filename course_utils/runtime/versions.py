@@ -1,7 +1,5 @@
 """What differs between the torch versions the course supports (2.9.1, the floor, to 2.13), with
-public APIs only; the private ones are in ``compat.py``, which re-exports these.
-
-Each helper names the torch that lacks something and gives the same result on every version:
+public APIs only; the private APIs the course needs are in ``compat.py``.
 
 Each helper names the torch that lacks something and gives the same result on every version:
 

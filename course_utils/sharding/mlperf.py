@@ -53,9 +53,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from course_utils.ddp.bucketed import BucketedDDP
+from course_utils.model_parallel.vertical import place_largest_first
 from course_utils.runtime import cluster
 from course_utils.sharding.alltoall import Traffic, exchange
-from course_utils.sharding.plan import place_largest_first
 
 __all__ = [
     "TABLE_ROWS",

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 
 import torch
 
+from course_utils.model_parallel.vertical import place_largest_first
 from course_utils.runtime.checks import check_sizes, check_whole
 
 __all__ = [
     "SHARDING_KINDS",
     "Shard",
     "ShardingPlan",
-    "place_largest_first",
     "plan_table_wise",
     "plan_row_wise",
     "plan_column_wise",
@@ -146,19 +146,9 @@ def _check(cardinalities: Sequence[int], dim: int, world_size: int) -> tuple:
     return check_sizes(cardinalities)
 
 
-def place_largest_first(sizes: Sequence[int], bins: int) -> list[int]:
-    """Greedy placement: the largest item first (ties: the lower index), each onto the bin holding
-    the least so far (ties: the lower bin). Returns each item's bin. Used for table-wise plans and
-    for chapter 05's tables on devices (``model_parallel.place_embedding_tables``)."""
-    held, where = [0] * bins, [0] * len(sizes)
-    for t in sorted(range(len(sizes)), key=lambda t: (-sizes[t], t)):
-        where[t] = held.index(min(held))
-        held[where[t]] += sizes[t]
-    return where
-
-
 def plan_table_wise(cardinalities: Sequence[int], dim: int, world_size: int) -> ShardingPlan:
-    """Each table whole on one rank: largest first onto the rank with the fewest bytes so far."""
+    """Each table whole on one rank: largest first onto the rank with the fewest bytes so far
+    (``place_largest_first``, chapter 05's rule for tables on devices)."""
     cards = _check(cardinalities, dim, world_size)
     owner = place_largest_first(cards, world_size)
     shards = [Shard(t, owner[t], (0, cards[t]), (0, dim)) for t in range(len(cards))]

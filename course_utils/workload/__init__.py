@@ -5,7 +5,8 @@
 * ``metrics``: AUC, log loss, timers;
 * ``train``: ``fit``, the one training loop every chapter reuses.
 
-Imports only ``course_utils.runtime`` and ``course_utils.notebook`` (``tests/test_imports.py``).
+Layer 2 of CONTRIBUTING.md's tree: imports only ``course_utils.runtime`` and ``course_utils.notebook``
+(``lint-imports`` checks it).
 
 Taught in chapter 01 (the data, the model and the loop every later chapter distributes).
 """

@@ -19,7 +19,7 @@ row per distinct id). Only some optimizers accept that:
 Both keep their state dense: SparseAdam two ``[N, D]`` moments (as much as Adam), Adagrad one
 ``[N, D]`` running sum. What the sparse gradient saves is the gradient itself and the work on the
 rows a batch did not use. In a distributed run a sparse gradient is averaged over the ranks
-after backward (``course_utils.checkpoint.background.average_sparse_gradient``, chapter 08).
+after backward (``course_utils.ddp.sparse_tables.average_sparse_gradient``, appendix 04a).
 
 Taught in chapter 07 (section 1: sparse gradients with SparseAdam and Adagrad).
 """
