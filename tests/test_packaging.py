@@ -294,6 +294,7 @@ def _pin_rules(m: dict) -> list[tuple[re.Pattern, set[str], str]]:
     rules = [
         (r"(?<![\w-])torch==" + _V, torches, "torches"),
         (r"(?<![\w-])ruff==" + _V, {m["ruff"]}, "ruff"),
+        (r"(?<![\w-])import-linter==" + _V, {m["import-linter"]}, "import-linter"),
         (r"(?<![\w-])(?:py)?torch>=" + _V, {_release(m["floor"]["torch"])}, "floor.torch, as major.minor"),
         (r"(?<![\w-])torch[\s`(]{1,3}" + _V3 + r"(?![\d.])", torches, "torches"),
         (_V + r"[\s,)]{1,3}(?:is\s+)?\(?the floor\b", either(m["floor"]["torch"]), "floor.torch"),
