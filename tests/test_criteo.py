@@ -78,8 +78,8 @@ def test_training_on_converted_criteo_files_matches_training_on_the_same_logs_wi
     from course_utils.workload.models import DLRM
     from course_utils.workload.train import train
 
-    logs = data.make_click_logs(200_000, seed=0, cardinalities=data.criteo_cardinalities(1 / 4000))
-    train_logs, test_logs = logs[:150_000], logs[150_000:]
+    logs = data.make_click_logs(80_000, seed=0, cardinalities=data.criteo_cardinalities(1 / 4000))
+    train_logs, test_logs = logs[:60_000], logs[60_000:]  # seeds 0-2 differed by 0.002-0.005
     data.write_criteo_tsv(train_logs, tmp_path / "day_0")
     data.write_criteo_tsv(test_logs, tmp_path / "day_1.gz")
     data.from_criteo(tmp_path / "day_0", tmp_path / "train.parquet", buckets=8192)
