@@ -29,19 +29,12 @@ from pathlib import Path
 
 import pytest
 
+from course_utils.sharding.torchrec_dlrm import torchrec_missing
+
 _NOTEBOOK_CHAPTER = re.compile(r"^(?:(\d\d)[a-z]?_\w+|chapter(\d\d))\.ipynb$")  # 07a_x: an appendix
 # Notebooks that need TorchRec (not a course dependency), and the variable that makes it required.
 NEEDS_TORCHREC = {"07a_torchrec.ipynb"}
 REQUIRE_TORCHREC = "COURSE_REQUIRE_TORCHREC"
-
-
-def torchrec_missing() -> str | None:
-    """``None`` when torchrec imports here, else why not (one line)."""
-    try:
-        import torchrec  # noqa: F401
-    except Exception as exc:  # ImportError, or OSError from an fbgemm_gpu built for another torch
-        return f"{type(exc).__name__}: {str(exc)[:200]}"
-    return None
 
 
 def _skip_without_torchrec(items) -> None:

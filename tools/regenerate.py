@@ -23,17 +23,10 @@ from pathlib import Path
 
 from strip_metadata import strip  # tools/, beside this file
 
+from course_utils.sharding.torchrec_dlrm import torchrec_missing
+
 CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"  # a checkout's; not in a wheel install
 NEEDS_TORCHREC = {"07a_torchrec.ipynb"}  # as conftest.py says
-
-
-def torchrec_missing() -> str | None:
-    """``None`` when torchrec imports here (and so in the kernel this python starts), else why not."""
-    try:
-        import torchrec  # noqa: F401
-    except Exception as exc:  # ImportError, or OSError from an fbgemm_gpu built for another torch
-        return f"{type(exc).__name__}: {str(exc)[:200]}"
-    return None
 
 
 def regenerate(path: Path, timeout: int = 600) -> float:
