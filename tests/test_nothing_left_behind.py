@@ -99,15 +99,21 @@ def test_ctrl_c_during_a_runner_stops_everything_it_started(tmp_path):
             sent.append(True)
             os.kill(os.getpid(), signal.SIGINT)
 
+    # Python's own Ctrl-C handler, as a kernel has it: a process started in the background by a
+    # shell without job control inherits SIGINT ignored, and Python then leaves it ignored
+    handler_before = signal.signal(signal.SIGINT, signal.default_int_handler)
     start = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        runner.run_together(
-            [_torchrun(tmp_path, str(tmp_path / "a"))],
-            timeout=120,
-            extra_env=[tag],
-            grace=2,
-            watch=interrupt_when_running,
-        )
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run_together(
+                [_torchrun(tmp_path, str(tmp_path / "a"))],
+                timeout=120,
+                extra_env=[tag],
+                grace=2,
+                watch=interrupt_when_running,
+            )
+    finally:
+        signal.signal(signal.SIGINT, handler_before)
     assert sent and time.monotonic() - start < 60
     _assert_nothing_left(_started(tmp_path / "a", 4), tag)
 
