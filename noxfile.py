@@ -35,7 +35,8 @@ nox.options.reuse_venv = "yes"
 nox.options.sessions = ["lint", "unit"]
 
 ROOT = Path(__file__).parent
-MATRIX = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["course"]["matrix"]  # the pins
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+MATRIX = PYPROJECT["tool"]["course"]["matrix"]  # the pins
 RUFF = f"ruff=={MATRIX['ruff']}"  # as .ci/run installs it; tests/test_packaging.py checks pre-commit's
 
 
@@ -65,12 +66,11 @@ def _notebooks(number: str) -> list[str]:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff's linter (notebooks included) and formatter, as CI runs them; then the import
-    contracts (``lint-imports``, at the test extra's pinned version; pyproject.toml states them)."""
+    contracts (``lint-imports``, at the matrix's version; pyproject.toml states them)."""
     session.install(RUFF)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    session.install(*(spec for spec in extras["test"] if spec.startswith("import-linter")))
+    session.install(f"import-linter=={MATRIX['import-linter']}")
     session.run("lint-imports", "--no-cache")
 
 
@@ -115,8 +115,7 @@ def site(session: nox.Session) -> None:
     """The course as a website in build/site/, from the committed, executed notebooks (site/build.py).
     Installs only pyproject.toml's site extra (neither the course nor torch); options after -- go to
     the build (--out DIR) or to sphinx-build (-E: read every page again)."""
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    session.install(*pyproject["project"]["optional-dependencies"]["site"])
+    session.install(*PYPROJECT["project"]["optional-dependencies"]["site"])
     session.run("python", "site/build.py", *session.posargs)
 
 
