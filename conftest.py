@@ -29,11 +29,10 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.sharding.torchrec_dlrm import torchrec_missing
+from course_utils.sharding.torchrec_dlrm import NEEDS_TORCHREC, torchrec_missing
 
 _NOTEBOOK_CHAPTER = re.compile(r"^(?:(\d\d)[a-z]?_\w+|chapter(\d\d))\.ipynb$")  # 07a_x: an appendix
 # Notebooks that need TorchRec (not a course dependency), and the variable that makes it required.
-NEEDS_TORCHREC = {"07a_torchrec.ipynb"}
 REQUIRE_TORCHREC = "COURSE_REQUIRE_TORCHREC"
 
 

@@ -23,10 +23,9 @@ from pathlib import Path
 
 from strip_metadata import strip  # tools/, beside this file
 
-from course_utils.sharding.torchrec_dlrm import torchrec_missing
+from course_utils.sharding.torchrec_dlrm import NEEDS_TORCHREC, torchrec_missing
 
 CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"  # a checkout's; not in a wheel install
-NEEDS_TORCHREC = {"07a_torchrec.ipynb"}  # as conftest.py says
 
 
 def regenerate(path: Path, timeout: int = 600) -> float:

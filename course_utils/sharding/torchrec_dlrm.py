@@ -31,6 +31,7 @@ from course_utils.workload.data import Batch
 from course_utils.workload.models import DLRM
 
 __all__ = [
+    "NEEDS_TORCHREC",
     "torchrec_missing",
     "require_torchrec",
     "quiet",
@@ -54,6 +55,7 @@ FUSED_OPTIMIZERS = {
     "sgd": ("EXACT_SGD", torch.optim.SGD),
 }
 KINDS = ("table_wise", "column_wise")  # what TorchRec and the course both shard on CPU
+NEEDS_TORCHREC = frozenset({"07a_torchrec.ipynb"})  # the notebooks that run TorchRec (appendix 07a)
 TABLES = "sparse.embedding_bags."  # the tables' keys: sparse.embedding_bags.t<table>.weight
 
 
