@@ -61,7 +61,7 @@ class ModeledFuture(torch.futures.Future):
 
 
 class ModeledWork(compat.WORK_BASE):
-    """The handle of one operation ``comm`` (``group.Collective`` or ``group.Message``)."""
+    """The handle of one operation ``comm`` (``operations.Collective`` or ``operations.Message``)."""
 
     def __init__(self, clock, comm, result: list[torch.Tensor]):
         super().__init__()
