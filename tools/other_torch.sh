@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The course on another torch release (and, optionally, another Python): a venv of its own, the
 # course installed in it, then nbval over every chapter and worked solution (their stored outputs
-# must hold there too), optionally after the unit tests. Used by .ci/run (the torch floor, Colab's
-# pair) and by hand for the README's "Tested on" table (Kaggle's torch, the newest release).
+# must hold there too; --notebooks narrows that), optionally after the unit tests. Used by .ci/run
+# (the torch floor, Colab's pair) and by hand for the README's "Tested on" table (Kaggle's torch,
+# the newest release).
 # The first argument is a torch version, or a name from pyproject.toml's [tool.course.matrix]
 # (course, floor, colab, kaggle, newest): its torch, and its Python where it names one (colab).
 #
 #   tools/other_torch.sh floor --unit-tests --older-isa --tests tests/test_cluster_ranks.py  # CI part 3
-#   tools/other_torch.sh colab --tests tests/test_cluster_ranks.py                           # CI part 4
+#   tools/other_torch.sh colab --tests tests/test_cluster_ranks.py --notebooks chapters      # CI part 4
 #   tools/other_torch.sh kaggle --all-tests                 # Kaggle's torch, by hand
 #   tools/other_torch.sh 2.12.0                             # any release
 #
@@ -19,11 +20,12 @@
 #                ATEN_CPU_CAPABILITY=default, MKL_ENABLE_INSTRUCTIONS=SSE4_2)
 # --venv DIR     where the venv goes (default .venv-torch-VERSION); an existing one is reused
 # --prepare      build the venv and stop (.ci/run builds them while its first parts run)
+# --notebooks P  the folders (or notebooks) nbval runs, space-separated (default "chapters solutions")
 # torch releases are CUDA builds on Linux (several GB); they run on the CPU.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-usage() { sed -n '2,23p' "$0" >&2; exit 2; }
+usage() { sed -n '2,24p' "$0" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 matrix() { python3 tools/matrix.py "$1" || exit 2; }  # a value of pyproject.toml's version matrix
 version=$1 python_version=""
@@ -34,7 +36,7 @@ case "$version" in
        version=$(matrix "$name.torch") || exit 2
        python_version=$(python3 tools/matrix.py "$name.python" 2>/dev/null) ;;  # where it names one
 esac
-unit="" isa=() venv="" tests=() prepare=0
+unit="" isa=() venv="" tests=() prepare=0 notebooks=(chapters solutions)
 while [ $# -gt 0 ]; do
     case "$1" in
         --python) python_version=${2:?--python needs X.Y}; shift 2 ;;
@@ -44,6 +46,7 @@ while [ $# -gt 0 ]; do
         --older-isa) read -ra isa <<<"$(matrix floor.env)" && [ "${#isa[@]}" -gt 0 ] || exit 2; shift ;;
         --venv) venv=${2:?--venv needs a folder}; shift 2 ;;
         --tests) tests+=("${2:?--tests needs a test file}"); shift 2 ;;
+        --notebooks) read -ra notebooks <<<"${2:?--notebooks needs folders}"; shift 2 ;;
         *) usage ;;
     esac
 done
@@ -97,8 +100,8 @@ if [ "$rc" -eq 0 ] && [ "${#tests[@]}" -gt 0 ]; then
     echo "other_torch.sh: ${tests[*]} on torch $version: exit $rc after $(( $(date +%s) - start )) s"
 fi
 if [ "$rc" -eq 0 ]; then
-    env "${isa[@]}" python -m pytest -q --nbval chapters solutions
+    env "${isa[@]}" python -m pytest -q --nbval "${notebooks[@]}"
     rc=$?
-    echo "other_torch.sh: chapters and solutions on torch $version${isa:+ (older ISA)}: exit $rc after $(( $(date +%s) - start )) s"
+    echo "other_torch.sh: ${notebooks[*]} on torch $version${isa:+ (older ISA)}: exit $rc after $(( $(date +%s) - start )) s"
 fi
 exit "$rc"
