@@ -20,6 +20,7 @@ Not taught in a chapter: the maintainers' loop (CONTRIBUTING.md, "The dev loop")
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 from pathlib import Path
@@ -37,6 +38,17 @@ nox.options.sessions = ["lint", "unit"]
 ROOT = Path(__file__).parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 MATRIX = PYPROJECT["tool"]["course"]["matrix"]  # the pins
+
+
+def _needs_torchrec() -> frozenset[str]:
+    """``NEEDS_TORCHREC``, read from its module's source (nox's own python may lack torch)."""
+    tree = ast.parse((ROOT / "course_utils" / "sharding" / "torchrec_dlrm.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "NEEDS_TORCHREC":
+            return frozenset(ast.literal_eval(node.value.args[0]))
+    raise RuntimeError("NEEDS_TORCHREC not found in course_utils/sharding/torchrec_dlrm.py")
+
+
 RUFF = f"ruff=={MATRIX['ruff']}"  # as .ci/run installs it; tests/test_packaging.py checks pre-commit's
 
 
@@ -94,16 +106,20 @@ def chapter(session: nox.Session) -> None:
 @nox.session
 def regenerate(session: nox.Session) -> None:
     """Re-execute a chapter, its appendices and its worked solution in place (tools/regenerate.py).
-    Appendix 07a is left out: its outputs come from a TorchRec environment (README)."""
+    The appendices that need TorchRec (``NEEDS_TORCHREC``) are left out: their outputs come from a
+    TorchRec environment (README)."""
     number = _chapter(session)
     _install(session)
-    session.run("python", "tools/regenerate.py", *[n for n in _notebooks(number) if "07a_torchrec" not in n])
+    needing = _needs_torchrec()
+    session.run(
+        "python", "tools/regenerate.py", *[n for n in _notebooks(number) if Path(n).name not in needing]
+    )
 
 
 @nox.session
 def stress(session: nox.Session) -> None:
     """A chapter's notebooks (with its appendices) run again and again (tools/stress.py; default 10
-    runs). Appendix 07a's cells are skipped where TorchRec does not import."""
+    runs). The cells of the appendices that need TorchRec are skipped where it does not import."""
     number = _chapter(session)
     _install(session)
     notebooks = [n for n in _notebooks(number) if n.startswith("chapters/")]

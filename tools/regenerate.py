@@ -4,9 +4,10 @@
     python tools/regenerate.py chapters/04_ddp.ipynb
     /path/to/torchrec-venv/bin/python tools/regenerate.py chapters/07a_torchrec.ipynb
 
-Appendix 07a needs TorchRec, which is not a course dependency: run it with the python of an
-environment that has TorchRec (07a's section 1; .ci/run's part 5 builds one). With no notebooks
-named, it is left out where TorchRec does not import, with a note saying so.
+The appendices in ``NEEDS_TORCHREC`` (07a, 07b) need TorchRec, which is not a course dependency:
+run them with the python of an environment that has TorchRec (07a's section 1; .ci/run's part 5
+builds one). With no notebooks named, they are left out where TorchRec does not import, with a note
+saying so.
 
 Uses the same kernel (``python3``) and working directory (the notebook's own
 folder) that ``pytest --nbval`` uses, so what is stored is what the tests see.

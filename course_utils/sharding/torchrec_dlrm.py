@@ -55,7 +55,8 @@ FUSED_OPTIMIZERS = {
     "sgd": ("EXACT_SGD", torch.optim.SGD),
 }
 KINDS = ("table_wise", "column_wise")  # what TorchRec and the course both shard on CPU
-NEEDS_TORCHREC = frozenset({"07a_torchrec.ipynb"})  # the notebooks that run TorchRec (appendix 07a)
+# the notebooks that run TorchRec (appendices 07a, 07b)
+NEEDS_TORCHREC = frozenset({"07a_torchrec.ipynb", "07b_planner_at_scale.ipynb"})
 TABLES = "sparse.embedding_bags."  # the tables' keys: sparse.embedding_bags.t<table>.weight
 
 
