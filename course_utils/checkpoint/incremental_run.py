@@ -57,7 +57,13 @@ def incremental_run(
     optimizer = hybrid_optimizer(model, table_optimizer, lr, table_lr)
     touched, ever, out = incremental.TouchedRows(model), incremental.TouchedRows(model), Path(folder)
     tables = [p for _, p in touched.tables]
-    result = {"rows": sum(p.shape[0] for p in tables), "touched": [], "changed": [], "ever": [], "delta_bytes": []}
+    result = {
+        "rows": sum(p.shape[0] for p in tables),
+        "touched": [],
+        "changed": [],
+        "ever": [],
+        "delta_bytes": [],
+    }
     files, before = [], None
     for step, batch in enumerate(InMemoryBatches(logs, batch_size, seed), start=1):
         train_step(model, optimizer, local_rows(batch, rank, world))
@@ -71,7 +77,9 @@ def incremental_run(
             rows = touched.take()
             result["touched"].append(sum(len(r) for r in rows.values()))
             result["ever"].append(int(sum(m.sum() for m in ever.masks.values())))
-            result["changed"].append(sum(incremental.rows_changed(b, p.detach()) for b, p in zip(before, tables)))
+            result["changed"].append(
+                sum(incremental.rows_changed(b, p.detach()) for b, p in zip(before, tables, strict=True))
+            )
             snapshot = incremental.delta_snapshot(model, optimizer, rows)
             result["delta_bytes"].append(incremental.snapshot_bytes(snapshot))
         else:
@@ -81,7 +89,9 @@ def incremental_run(
     restored = HybridDLRM(config, "row_wise", seed=seed + 1)
     restored_optimizer = hybrid_optimizer(restored, table_optimizer, lr, table_lr)
     incremental.restore(restored, restored_optimizer, [incremental.load_snapshot(f) for f in files[:1]])
-    result["base_alone_differ"] = incremental.differing_tensors(model, optimizer, restored, restored_optimizer)
+    result["base_alone_differ"] = incremental.differing_tensors(
+        model, optimizer, restored, restored_optimizer
+    )
     incremental.restore(restored, restored_optimizer, [incremental.load_snapshot(f) for f in files])
     result["differ"] = incremental.differing_tensors(model, optimizer, restored, restored_optimizer)
     return result

@@ -58,7 +58,8 @@ def young_daly_interval(save_seconds: float, mtbf_seconds: float) -> float:
 def first_order_overhead(
     interval: float, save_seconds: float, mtbf_seconds: float, restart_seconds: float = 0.0
 ) -> float:
-    """``C / tau + (tau / 2 + C + R) / M``: the overhead to first order in ``tau / M``, ``C / M``, ``R / M``."""
+    """``C / tau + (tau / 2 + C + R) / M``: the overhead, to first order in ``tau / M``, ``C / M``
+    and ``R / M``."""
     _check(save_seconds, mtbf_seconds, restart_seconds)
     tau, C, M, R = interval, save_seconds, mtbf_seconds, restart_seconds
     return C / tau + (tau / 2 + C + R) / M

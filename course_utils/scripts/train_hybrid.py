@@ -110,7 +110,9 @@ def parse(argv: list[str] | None = None):
         )
     for name in ("lr", "table_lr"):
         if getattr(args, name) is not None and not getattr(args, name) > 0:
-            parser.error(f"--{name.replace('_', '-')} must be a positive learning rate, got {getattr(args, name)}")
+            parser.error(
+                f"--{name.replace('_', '-')} must be a positive learning rate, got {getattr(args, name)}"
+            )
     return args
 
 

@@ -75,7 +75,9 @@ def hybrid_optimizer(model, table_optimizer: str = "adam", lr: float = 1e-2, tab
     ``"adam"``: ``torch.optim.Adam(model.parameters(), lr)``, as the job always had; ``"adagrad"``:
     Adagrad over the shards (``table_lr``, default ``lr``) and Adam over the MLPs (``lr``)."""
     if table_optimizer not in TABLE_OPTIMIZERS:
-        raise ValueError(f"table_optimizer must be one of {sorted(TABLE_OPTIMIZERS)}, got {table_optimizer!r}")
+        raise ValueError(
+            f"table_optimizer must be one of {sorted(TABLE_OPTIMIZERS)}, got {table_optimizer!r}"
+        )
     if table_optimizer == "adam":
         return make_optimizer(model, "adam", lr)
     return TablesAndDense(
