@@ -22,7 +22,7 @@ code runs on load), one file per rank, each rank saving its own shards:
 checkpointing of touched rows is how large production recommenders bound their save cost
 (Eisenman et al., "Check-N-Run", NSDI 2022).
 
-Taught in appendix 08b (incremental checkpoints).
+Taught in chapter 08 (appendix 08b, incremental checkpoints).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ snapshot after the first step and a delta of the touched rows every ``save_every
 (``checkpoint.incremental``), then restores a model built from another seed from those files and
 compares it with the live one, tensor by tensor.
 
-Taught in appendix 08b (incremental checkpoints).
+Taught in chapter 08 (appendix 08b, incremental checkpoints).
 """
 
 from __future__ import annotations

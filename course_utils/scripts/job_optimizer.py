@@ -2,7 +2,7 @@
 
 The optimizers themselves: ``course_utils.sharding.table_optimizer``.
 
-Taught in appendix 08b (incremental checkpoints).
+Taught in chapter 08 (appendix 08b, incremental checkpoints).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ The two optimizers are stepped as one (``workload.sparse_optim.Optimizers``) and
 that the sharded checkpoint reads and fills (``checkpoint.sharded``): each parameter's own
 optimizer's.
 
-Taught in appendix 08b (incremental checkpoints).
+Taught in chapter 08 (appendix 08b, incremental checkpoints).
 """
 
 from __future__ import annotations
