@@ -18,9 +18,9 @@ code runs on load), one file per rank, each rank saving its own shards:
   ``model/<name>`` ``[k, D]`` and ``optim/<name>/<key>`` ``[k, ...]`` hold just those rows.
 
 ``<name>`` is the model's own checkpoint name (``HybridDLRM.checkpoint_entries``:
-``embeddings.table3``, ``dense.top.0.weight``). TorchRec's checkpoints are whole (DCP); delta
-checkpointing of touched rows is how large production recommenders bound their save cost
-(Eisenman et al., "Check-N-Run", NSDI 2022).
+``embeddings.table3``, ``dense.top.0.weight``). Checkpoints of the touched rows are how large
+production recommenders bound their save cost (Eisenman et al., "Check-N-Run", NSDI 2022);
+TorchRec tracks the touched ids in ``torchrec.distributed.model_tracker`` (``ModelDeltaTracker``).
 
 Taught in chapter 08 (appendix 08b, incremental checkpoints).
 """
