@@ -25,14 +25,16 @@ optimizer's state (Adam's moments and step count), and the position in the data
 
 Modules: ``replicated`` (rank-0 save, load, the resumable sampler, the training state),
 ``sharded`` (DCP save and load of a model that lists its pieces: ``ShardedModel``),
-``app_state`` (``AppState``), ``position`` (``GlobalPositionSampler``), ``background``
-(blocking or asynchronous DCP saves, and the run that measures them), ``interval`` (how
-often to save: Young and Daly's interval), ``folders`` (which ``step_<N>`` folders are complete,
-in order of ``N``), ``job`` (the production job's checkpoint: sharded state, progress, data
-position, all tensors), ``random_state`` (each rank's generators, as tensors) and ``safe_load``
-(loading a DCP folder as data, never as code).
+``app_state`` (``AppState``), ``position`` (``GlobalPositionSampler``), ``background`` (blocking
+or asynchronous DCP saves, and the run that measures them), ``interval`` (how often to save:
+Young and Daly's interval, and the restart cost), ``folders`` (which ``step_<N>`` folders are
+complete, in order of ``N``), ``job`` (the production job's checkpoint: sharded state, progress,
+data position, all tensors), ``random_state`` (each rank's generators, as tensors),
+``safe_load`` (loading a DCP folder as data, never as code), ``incremental`` (a full base, then
+deltas of the table rows touched since the last save) and ``incremental_run`` (the job's model
+saved that way).
 
-Taught in chapter 08.
+Taught in chapter 08 and appendix 08b.
 """
 
 from course_utils.checkpoint.app_state import AppState

@@ -13,6 +13,8 @@ Every rank:
 * every ``--checkpoint-every`` steps starts an asynchronous DCP save into ``DIR/step_<N>``
   (``checkpoint.Checkpointer``): the sharded tables, the MLPs, Adam's state, the step, the data
   position and every rank's random state, all as tensors (``checkpoint.job``);
+* trains the tables with Adam, as the MLPs (the default), or with ``--table-optimizer adagrad``
+  (``sharding.table_optimizer``), under which a row no id looked up does not change;
 * at start-up resumes from the newest complete checkpoint (ordered by step), if any, written by
   this number of ranks or another, and rank 0 says where it resumed from: DCP reshards the tables;
   the data position is the step of the epoch, so a resized job continues the epoch (with the new
@@ -83,6 +85,8 @@ def parse(argv: list[str] | None = None):
     parser.add_argument("--checkpoint-dir", type=Path, required=True, help="checkpoints, events, data")
     parser.add_argument("--checkpoint-every", type=int, default=10, help="steps between checkpoints")
     parser.add_argument("--lr", type=float, default=1e-2, help="Adam's learning rate")
+    parser.add_argument("--table-optimizer", choices=["adam", "adagrad"], default="adam", help="the tables'")
+    parser.add_argument("--table-lr", type=float, help="the tables' Adagrad learning rate (default: --lr)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-every", type=int, default=10, help="steps between loss lines")
     parser.add_argument("--kill-rank", type=int, default=-1, help="rank that kills itself (-1: none)")
@@ -104,8 +108,11 @@ def parse(argv: list[str] | None = None):
         parser.error(
             f"--synthetic-rows must be at least {4 * SYNTHETIC_ROW_GROUPS}, got {args.synthetic_rows}"
         )
-    if not args.lr > 0:
-        parser.error(f"--lr must be a positive learning rate, got {args.lr}")
+    for name in ("lr", "table_lr"):
+        if getattr(args, name) is not None and not getattr(args, name) > 0:
+            parser.error(
+                f"--{name.replace('_', '-')} must be a positive learning rate, got {getattr(args, name)}"
+            )
     return args
 
 
@@ -185,7 +192,8 @@ def train(args, stop: StopFlag) -> dict:
     from course_utils.checkpoint import Checkpointer, job, random_state
     from course_utils.runtime.hardware import rank_device
     from course_utils.sharding.hybrid import HybridDLRM
-    from course_utils.workload.train import make_optimizer, train_step
+    from course_utils.sharding.table_optimizer import hybrid_optimizer
+    from course_utils.workload.train import train_step
 
     rank, world = dist.get_rank(), dist.get_world_size()
     out = args.checkpoint_dir
@@ -193,7 +201,7 @@ def train(args, stop: StopFlag) -> dict:
     config, loader, test = _data(args, out, rank, world)
     random_state.seed_all(args.seed + rank)
     model = HybridDLRM(config, args.sharding, seed=args.seed)
-    optimizer = make_optimizer(model, "adam", args.lr)
+    optimizer = hybrid_optimizer(model, args.table_optimizer, args.lr, args.table_lr)
     checkpointer = Checkpointer(out, "async", group=dist.new_group(backend="gloo"), keep=2)
 
     # steps in all; the epoch, the layouts that worked on it before this one, and this one's batches
@@ -265,12 +273,14 @@ def _report(out: Path, attempt: int, step: int, model, test, stop: StopFlag | No
 
 def check_inputs(args) -> None:
     """Everything that can be checked before the process group starts (``job_checks``)."""
+    from course_utils.scripts import job_optimizer
     from course_utils.workload.models import DLRMConfig
 
     world = job_checks.world_size_from_launcher()
     job_checks.check_cluster_env()
     job_checks.check_batch(args, world)
     job_checks.check_checkpoint_dir(args.checkpoint_dir)
+    job_optimizer.check_checkpoint_optimizer(args.checkpoint_dir, args.table_optimizer)
     given = job_checks.check_data(args, world)
     if given is not None:
         train_info, _ = given

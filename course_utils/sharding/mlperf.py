@@ -6,7 +6,10 @@ of the Criteo 1TB click logs (``TABLE_ROWS``, the largest 40 million rows), mult
 sample looks up ``MULTI_HOT[t]`` ids of table ``t`` (1 to 100), summed; dimension 128. A bottom
 MLP 13-512-256-128, a DCN v2 interaction (3 cross layers of rank 512 on the 3,456 features of
 the 26 pooled vectors and the bottom MLP's output), a top MLP 1024-1024-512-256-1; Adagrad;
-fp16 mixed precision; 55,296 samples a step (``GLOBAL_BATCH``).
+fp16 mixed precision; 55,296 samples a step (``GLOBAL_BATCH``, the submission's). The reference
+implementation itself (its ``README.MD`` and ``dlrm_main.py``) trains with 65,536 samples a step and
+Adagrad for the tables and the dense part alike, learning rate 0.005, no warm-up or decay
+(appendix 08b).
 
 **The measurement** (``PUBLISHED``): NVIDIA's closed-division submission to MLPerf Training
 v4.0 on one DGX H100 (8x H100-SXM5-80GB, NVLink 4 and NVSwitch), system "Eos", NVIDIA Merlin
