@@ -29,6 +29,7 @@ from course_utils.runtime.checks import check_sizes, check_whole
 
 __all__ = [
     "SHARDING_KINDS",
+    "AT_SCALE_KINDS",
     "Shard",
     "ShardingPlan",
     "plan_table_wise",
@@ -38,6 +39,8 @@ __all__ = [
 ]
 
 SHARDING_KINDS = ("table_wise", "row_wise", "column_wise")
+#: TorchRec's other kinds, built in appendix 07c (``table_row_wise``, ``grid``, ``replicated_tables``).
+AT_SCALE_KINDS = ("table_row_wise", "grid_shard", "data_parallel")
 
 
 @dataclass(frozen=True)
@@ -196,8 +199,18 @@ def plan_column_wise(cardinalities: Sequence[int], dim: int, world_size: int) ->
 
 def make_plan(kind: str, cardinalities: Sequence[int], dim: int, world_size: int, **options) -> ShardingPlan:
     """``make_plan("row_wise", cards, 16, 4, split="hash")``: the plan of ``kind`` (one of
-    :data:`SHARDING_KINDS`)."""
+    :data:`SHARDING_KINDS` or :data:`AT_SCALE_KINDS`, which take ``ranks_per_host=``)."""
     makers = {"table_wise": plan_table_wise, "row_wise": plan_row_wise, "column_wise": plan_column_wise}
+    if kind in AT_SCALE_KINDS:  # appendix 07c's kinds, in modules that build on this one
+        from course_utils.sharding import grid, replicated_tables, table_row_wise
+
+        makers.update(
+            table_row_wise=table_row_wise.plan_table_row_wise,
+            grid_shard=grid.plan_grid,
+            data_parallel=replicated_tables.plan_data_parallel,
+        )
     if kind not in makers:
-        raise ValueError(f"unknown sharding kind {kind!r}; choose one of {', '.join(SHARDING_KINDS)}")
+        raise ValueError(
+            f"unknown sharding kind {kind!r}; choose one of {', '.join(SHARDING_KINDS + AT_SCALE_KINDS)}"
+        )
     return makers[kind](cardinalities, dim, world_size, **options)
