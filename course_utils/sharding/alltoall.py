@@ -30,16 +30,15 @@ class Traffic:
 
     ``to[phase][d]`` bytes sent to rank ``d`` (0 for this rank itself), for the phases
     ``counts`` (row-wise: how many ids follow), ``ids`` (forward, input ids out),
-    ``embeddings`` (forward, pooled vectors back) and ``gradients`` (backward); ``phases``
-    names others (appendix 07c books the replicas' synchronisation under its own).
+    ``embeddings`` (forward, pooled vectors back) and ``gradients`` (backward).
     """
 
-    def __init__(self, world_size: int, rank: int, phases: Sequence[str] = PHASES):
-        self.world_size, self.rank, self.phases = world_size, rank, tuple(phases)
+    def __init__(self, world_size: int, rank: int):
+        self.world_size, self.rank = world_size, rank
         self.reset()
 
     def reset(self) -> None:
-        self.to = {phase: [0] * self.world_size for phase in self.phases}
+        self.to = {phase: [0] * self.world_size for phase in PHASES}
 
     def record(self, phase: str, nbytes_per_destination: Sequence[int]) -> None:
         for d, nbytes in enumerate(nbytes_per_destination):
@@ -89,9 +88,8 @@ def exchange(
     phase: the :class:`Traffic` phase to book the bytes under.
     Differentiable: if a piece requires grad, the gradients travel back by the reverse all-to-all.
     """
-    phases = PHASES if traffic is None else traffic.phases
-    if phase not in phases:
-        raise ValueError(f"phase must be one of {phases}, got {phase!r}")
+    if phase not in PHASES:
+        raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
     world = dist.get_world_size(group)
     if len(pieces) != world or len(shapes) != world:
         raise ValueError(

@@ -68,6 +68,19 @@ def _all_reduce(m: list, ranks: Sequence[int], n: int) -> None:
                 m[src][dst] += VALUE_BYTES * (sizes[j] + sizes[i])
 
 
+def _host_vectors(plan, emb: list, B: int) -> None:
+    """Table-row-wise and grid: the pooled vectors, ``emb[src][dst]``."""
+    W, G, H = plan.world_size, plan.ranks_per_host, plan.hosts
+    width = plan.dim // plan.column_blocks
+    for s in range(W):
+        held = len(plan.pieces_on(s // G))
+        for r in range(W):
+            if r != s and r // G == s // G:  # partial sums inside the host
+                emb[s][r] = VALUE_BYTES * H * held * B * width
+            elif r != s and r % G == s % G:  # finished vectors across hosts
+                emb[s][r] = VALUE_BYTES * held * B * width
+
+
 def matrices(plan: ShardingPlan, ids_per_rank: Sequence[torch.Tensor]) -> dict:
     """``{"counts", "ids", "embeddings", "gradients": m[src][dst]}`` for one forward and backward
     of ``plan``'s lookup, rank ``r`` looking up ``ids_per_rank[r]`` (``[B, T]`` or ``[B, T, L]``)."""
@@ -93,15 +106,7 @@ def matrices(plan: ShardingPlan, ids_per_rank: Sequence[torch.Tensor]) -> dict:
                     if kind == "row_wise":
                         emb[s][r] = VALUE_BYTES * T * B * D
         if kind != "row_wise":
-            G, H = plan.ranks_per_host, plan.hosts
-            width = D // plan.column_blocks
-            for s in range(W):
-                held = len(plan.pieces_on(s // G))
-                for r in range(W):
-                    if r != s and r // G == s // G:  # partial sums inside the host
-                        emb[s][r] = VALUE_BYTES * H * held * B * width
-                    elif r % G == s % G and r != s:  # finished vectors across hosts
-                        emb[s][r] = VALUE_BYTES * held * B * width
+            _host_vectors(plan, emb, B)
     elif kind == "data_parallel":
         grads = _zeros(W)
         _all_reduce(grads, range(W), D * sum(plan.cardinalities))

@@ -43,9 +43,9 @@ def problem(cards, dim: int, world: int, batch: int, pooling: int, seed: int = 0
 def compare_with_embedding_bag(
     kind: str, options: dict, cards, dim: int, batch: int, pooling: int = 2
 ) -> dict:
-    """Run in every rank: the sharded lookup of ``kind`` (plan ``options``) on this rank's ``batch`` bags, forward and
-    backward (upstream gradient fixed), against one ``nn.EmbeddingBag(mode="sum")`` per table on
-    every rank's bags. Returns ``{"forward", "grad"}`` (max absolute differences: the pooled
+    """Run in every rank: the sharded lookup of ``kind`` (plan ``options``) on this rank's ``batch``
+    bags, forward and backward (upstream gradient fixed), against one ``nn.EmbeddingBag(mode="sum")``
+    per table on every rank's bags. Returns ``{"forward", "grad"}`` (max absolute differences: the pooled
     vectors, and each shard's gradient against its piece of the table's) and ``"traffic"``."""
     rank, world = dist.get_rank(), dist.get_world_size()
     tables, ids, upstream = problem(cards, dim, world, batch, pooling)

@@ -182,10 +182,6 @@ class GroupTraffic:
     def __init__(self, traffic, ranks: Sequence[int]):
         self.traffic, self.ranks = traffic, list(ranks)
 
-    @property
-    def phases(self):
-        return self.traffic.phases
-
     def record(self, phase: str, nbytes_per_destination: Sequence[int]) -> None:
         full = [0] * self.traffic.world_size
         for i, nbytes in enumerate(nbytes_per_destination):

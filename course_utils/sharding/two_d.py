@@ -33,7 +33,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
-from course_utils.sharding.alltoall import PHASES, Traffic
+from course_utils.sharding.alltoall import Traffic
 from course_utils.sharding.base import lookup_unsharded
 from course_utils.sharding.lookups import shard_embeddings
 from course_utils.sharding.plan import make_plan
@@ -65,8 +65,7 @@ class TwoDEmbeddingBags(nn.Module):
     rank's sharding group of ``group_size`` ranks (``plan``: that group's plan).
 
     weights: the unsharded tables (every group copies its shards from them), or None (each shard
-    initialised from ``seed``, the same in every replica). ``traffic``: bytes this rank sent, by
-    global destination rank, under chapter 07's phases and ``"sync"`` (the replicas' all-reduce).
+    initialised from ``seed``, the same in every replica). ``traffic()``: bytes this rank sent.
     """
 
     def __init__(
@@ -86,12 +85,22 @@ class TwoDEmbeddingBags(nn.Module):
         self.replica_group, self.replicas = replica_group, len(replica_ranks)
         self.plan = make_plan(kind, cardinalities, dim, group_size, **plan_options)
         self.lookup = shard_embeddings(self.plan, weights, seed=seed, group=shard_group)
-        self.traffic = Traffic(dist.get_world_size(), dist.get_rank(), PHASES + ("sync",))
-        self.lookup.traffic = GroupTraffic(self.traffic, shard_ranks)
-        self.sync_traffic = GroupTraffic(self.traffic, replica_ranks)
+        world, rank = dist.get_world_size(), dist.get_rank()
+        self.lookups_traffic, self.replicas_traffic = Traffic(world, rank), Traffic(world, rank)
+        self.lookup.traffic = GroupTraffic(self.lookups_traffic, shard_ranks)
+        self.sync_traffic = GroupTraffic(self.replicas_traffic, replica_ranks)  # booked as "gradients"
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.lookup(ids)
+
+    def traffic(self) -> dict:
+        """Bytes this rank sent, by global destination: chapter 07's phases inside the sharding
+        group, and ``"sync"``: the replicas' all-reduce."""
+        return {**self.lookups_traffic.as_dict(), "sync": self.replicas_traffic.as_dict()["gradients"]}
+
+    def reset_traffic(self) -> None:
+        self.lookups_traffic.reset()
+        self.replicas_traffic.reset()
 
     def shard_gradients(self) -> list:
         return self.lookup.shard_gradients()
@@ -108,7 +117,8 @@ class TwoDEmbeddingBags(nn.Module):
         else:
             values = [w.detach() for w in weights]
         flat = torch.cat([v.reshape(-1) for v in values]) if values else torch.zeros(0)
-        mean = all_reduce_by_exchange(flat, self.sync_traffic, "sync", self.replica_group) / self.replicas
+        total = all_reduce_by_exchange(flat, self.sync_traffic, "gradients", self.replica_group)
+        mean = total / self.replicas
         for w, part in zip(weights, mean.split([v.numel() for v in values]), strict=True):
             target = w if what == "weights" else w.grad
             if target is None:
@@ -163,7 +173,7 @@ def train_two_d(
     )
     group_rank = model.lookup.rank
     for step in range(steps):
-        model.traffic.reset()
+        model.reset_traffic()
         ids, labels = _step_data(logs, step, world, batch)
         mine = slice(rank * batch, (rank + 1) * batch)
         model.lookup.zero_grad(set_to_none=True)
@@ -178,9 +188,10 @@ def train_two_d(
             model.sync("weights")
     return {
         "shards": [
-            (s, w.detach().clone()) for s, w in zip(model.plan.shards_of(group_rank), model.lookup.weights)
+            (s, w.detach().clone())
+            for s, w in zip(model.plan.shards_of(group_rank), model.lookup.weights, strict=True)
         ],
-        "traffic": model.traffic.as_dict(),
+        "traffic": model.traffic(),
         "sync_values": sum(w.numel() for w in model.lookup.weights),
     }
 
