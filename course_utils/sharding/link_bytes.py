@@ -34,8 +34,9 @@ import torch
 
 from course_utils.sharding.plan import ShardingPlan
 from course_utils.sharding.replicated_tables import chunk_sizes
+from course_utils.sharding.row_wise import route
 from course_utils.sharding.table_row_wise import host_route
-from course_utils.sharding.volume import ID_BYTES, VALUE_BYTES, routed_ids
+from course_utils.sharding.volume import ID_BYTES, VALUE_BYTES
 
 __all__ = ["matrices", "two_d_matrices", "measured", "totals", "routed", "closed_form"]
 
@@ -51,12 +52,12 @@ def _bags(ids: torch.Tensor) -> torch.Tensor:
 def routed(plan: ShardingPlan, ids_per_rank: Sequence[torch.Tensor]) -> list[list[int]]:
     """``r[src][dst]``: ids of rank ``src``'s batch that rank ``dst`` holds (row-wise, table-row-wise
     and grid plans; a grid id counts once per column block)."""
-    if plan.kind == "row_wise":
-        return routed_ids(plan, ids_per_rank)
-    return [
-        torch.bincount(host_route(plan, _bags(ids))[0].flatten(), minlength=plan.world_size).tolist()
-        for ids in ids_per_rank
-    ]
+    W = plan.world_size
+    bags = torch.cat([_bags(ids) for ids in ids_per_rank])  # [W B, T, L], every rank's at once
+    owner = route(plan, bags)[0] if plan.kind == "row_wise" else host_route(plan, bags)[0]
+    source = torch.arange(len(ids_per_rank)).repeat_interleave(len(ids_per_rank[0])).view(-1, 1, 1)
+    pairs = (source * W + owner).flatten()
+    return torch.bincount(pairs, minlength=len(ids_per_rank) * W).view(-1, W).tolist()
 
 
 def _all_reduce(m: list, ranks: Sequence[int], n: int) -> None:

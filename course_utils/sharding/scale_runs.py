@@ -23,13 +23,22 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from course_utils.runtime import cluster as modeled
 from course_utils.runtime.cluster import Cluster, collective_seconds
 from course_utils.sharding import link_bytes
 from course_utils.sharding.lookups import shard_embeddings
 from course_utils.sharding.plan import make_plan
 from course_utils.workload import data
 
-__all__ = ["compare_with_embedding_bag", "problem", "SCHEDULES", "price", "modeled_comparison"]
+__all__ = [
+    "compare_with_embedding_bag",
+    "compare_kinds",
+    "timed_collectives",
+    "problem",
+    "SCHEDULES",
+    "price",
+    "modeled_comparison",
+]
 
 
 def problem(cards, dim: int, world: int, batch: int, pooling: int, seed: int = 0):
@@ -60,6 +69,29 @@ def compare_with_embedding_bag(
     return {
         "forward": (pooled - reference[mine]).abs().max().item(),
         "grad": max([g for g in grads if g == g] or [0.0]),
+        "traffic": lookup.traffic.as_dict(),
+    }
+
+
+def compare_kinds(cases, cards, dim: int, batch: int, pooling: int = 2) -> list:
+    """Run in every rank: :func:`compare_with_embedding_bag` for each ``(kind, options)`` of
+    ``cases``, in one launch."""
+    return [compare_with_embedding_bag(kind, options, cards, dim, batch, pooling) for kind, options in cases]
+
+
+def timed_collectives(kind: str, options: dict, cards, dim: int, batch: int, pooling: int = 2) -> dict:
+    """Run in every rank of a modeled cluster (``launch(..., cluster=...)``): one forward and backward
+    of the lookup. Returns ``{"ns": [each all-to-all's modeled ns, in order], "traffic": ...}``, the
+    cluster's own timing of the collectives that :func:`price` prices from the bytes."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    tables, ids, upstream = problem(cards, dim, world, batch, pooling)
+    lookup = shard_embeddings(make_plan(kind, cards, dim, world, **options), tables)
+    mine = slice(rank * batch, (rank + 1) * batch)
+    start = modeled.modeled_ns()
+    (lookup(ids[mine]) * upstream[mine]).sum().backward()
+    spans = [s for s in modeled.timeline().spans if s.name.startswith("all_to_all") and s.start_ns >= start]
+    return {
+        "ns": [s.duration_ns for s in sorted(spans, key=lambda s: s.start_ns)],
         "traffic": lookup.traffic.as_dict(),
     }
 
