@@ -38,7 +38,7 @@ from course_utils.sharding.row_wise import route
 from course_utils.sharding.table_row_wise import host_route
 from course_utils.sharding.volume import ID_BYTES, VALUE_BYTES
 
-__all__ = ["matrices", "two_d_matrices", "measured", "totals", "routed", "closed_form"]
+__all__ = ["matrices", "two_d_matrices", "measured", "totals", "routed", "closed_form", "across_hosts"]
 
 
 def _zeros(world: int) -> list[list[int]]:
@@ -154,6 +154,20 @@ def totals(mats: dict) -> dict:
     out = {phase: sum(map(sum, m)) for phase, m in mats.items()}
     out["total"] = sum(out.values())
     return out
+
+
+def across_hosts(mats: dict, ranks_per_host: int) -> tuple[int, int]:
+    """``(bytes that leave their host, bytes that stay inside one)``, all phases together."""
+    world = len(next(iter(mats.values())))
+    crossing = inside = 0
+    for m in mats.values():
+        for s in range(world):
+            for d in range(world):
+                if s // ranks_per_host != d // ranks_per_host:
+                    crossing += m[s][d]
+                else:
+                    inside += m[s][d]
+    return crossing, inside
 
 
 def closed_form(plan: ShardingPlan, ids_per_rank: Sequence[torch.Tensor]) -> dict:
