@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from course_utils.sharding.plan import PLANNERS
 from course_utils.sharding.table_row_wise import (
     HostShardingPlan,
     TableRowWiseEmbeddingBags,
@@ -38,6 +39,9 @@ def plan_grid(
     hosts = world_size // ranks_per_host if ranks_per_host else 0
     blocks = hosts if column_blocks is None else column_blocks
     return plan_pieces_on_hosts("grid_shard", cardinalities, dim, world_size, ranks_per_host, blocks)
+
+
+PLANNERS["grid_shard"] = plan_grid
 
 
 class GridEmbeddingBags(TableRowWiseEmbeddingBags):

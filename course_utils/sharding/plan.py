@@ -36,6 +36,7 @@ __all__ = [
     "plan_row_wise",
     "plan_column_wise",
     "make_plan",
+    "PLANNERS",
 ]
 
 SHARDING_KINDS = ("table_wise", "row_wise", "column_wise")
@@ -197,20 +198,17 @@ def plan_column_wise(cardinalities: Sequence[int], dim: int, world_size: int) ->
     return ShardingPlan("column_wise", cards, dim, world_size, tuple(shards))
 
 
+#: How each kind's plan is made: ``PLANNERS[kind](cardinalities, dim, world_size, **options)``.
+#: Appendix 07c's modules (``table_row_wise``, ``grid``, ``replicated_tables``) add their kinds, which
+#: the package's ``__init__`` imports, so they are here whenever ``course_utils.sharding`` is.
+PLANNERS = {"table_wise": plan_table_wise, "row_wise": plan_row_wise, "column_wise": plan_column_wise}
+
+
 def make_plan(kind: str, cardinalities: Sequence[int], dim: int, world_size: int, **options) -> ShardingPlan:
     """``make_plan("row_wise", cards, 16, 4, split="hash")``: the plan of ``kind`` (one of
     :data:`SHARDING_KINDS` or :data:`AT_SCALE_KINDS`, which take ``ranks_per_host=``)."""
-    makers = {"table_wise": plan_table_wise, "row_wise": plan_row_wise, "column_wise": plan_column_wise}
-    if kind in AT_SCALE_KINDS:  # appendix 07c's kinds, in modules that build on this one
-        from course_utils.sharding import grid, replicated_tables, table_row_wise
-
-        makers.update(
-            table_row_wise=table_row_wise.plan_table_row_wise,
-            grid_shard=grid.plan_grid,
-            data_parallel=replicated_tables.plan_data_parallel,
-        )
-    if kind not in makers:
+    if kind not in PLANNERS:
         raise ValueError(
             f"unknown sharding kind {kind!r}; choose one of {', '.join(SHARDING_KINDS + AT_SCALE_KINDS)}"
         )
-    return makers[kind](cardinalities, dim, world_size, **options)
+    return PLANNERS[kind](cardinalities, dim, world_size, **options)

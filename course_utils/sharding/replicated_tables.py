@@ -25,7 +25,7 @@ from torch.nn import functional as F
 
 from course_utils.sharding.alltoall import exchange
 from course_utils.sharding.base import ShardedEmbeddingBags
-from course_utils.sharding.plan import Shard, ShardingPlan, _check
+from course_utils.sharding.plan import PLANNERS, Shard, ShardingPlan, _check
 
 __all__ = ["plan_data_parallel", "all_reduce_by_exchange", "chunk_sizes", "ReplicatedEmbeddingBags"]
 
@@ -35,6 +35,9 @@ def plan_data_parallel(cardinalities: Sequence[int], dim: int, world_size: int) 
     cards = _check(cardinalities, dim, world_size)
     shards = [Shard(t, r, (0, n), (0, dim)) for r in range(world_size) for t, n in enumerate(cards)]
     return ShardingPlan("data_parallel", cards, dim, world_size, tuple(shards))
+
+
+PLANNERS["data_parallel"] = plan_data_parallel
 
 
 def chunk_sizes(n: int, world: int) -> list[int]:

@@ -38,7 +38,7 @@ from course_utils.model_parallel.vertical import place_largest_first
 from course_utils.runtime.checks import check_sizes, check_whole
 from course_utils.sharding.alltoall import exchange
 from course_utils.sharding.base import ShardedEmbeddingBags
-from course_utils.sharding.plan import Shard, ShardingPlan
+from course_utils.sharding.plan import PLANNERS, Shard, ShardingPlan
 
 __all__ = [
     "HostShardingPlan",
@@ -144,6 +144,9 @@ def plan_table_row_wise(
 ) -> HostShardingPlan:
     """Each table whole on one host (largest first), its rows cut over the host's ranks."""
     return plan_pieces_on_hosts("table_row_wise", cardinalities, dim, world_size, ranks_per_host, 1)
+
+
+PLANNERS["table_row_wise"] = plan_table_row_wise
 
 
 def host_route(plan: HostShardingPlan, bags: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
