@@ -10,7 +10,7 @@ a column block is a table-row-wise piece. So is it here: a grid plan is a table-
 side by side again. Compared with table-row-wise, one table's lookups (and memory) spread over
 ``C`` hosts instead of one; every id now travels to ``C`` hosts.
 
-Taught in appendix 07c (sharding at scale).
+Taught in chapter 07 (appendix 07c, sharding at scale).
 """
 
 from __future__ import annotations

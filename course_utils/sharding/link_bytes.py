@@ -23,7 +23,7 @@ data-parallel       0                      0 (gradients: 8 (W-1) sum N_t D)   -
 along the reverse path, so ``gradients[s][d] = embeddings[d][s]`` except for data-parallel
 tables, whose gradients move in an all-reduce (reduce-scatter, then all-gather).
 
-Taught in appendix 07c (sharding at scale).
+Taught in chapter 07 (appendix 07c, sharding at scale).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ a reduce-scatter then an all-gather, each one ``exchange``), so its bytes are co
 tensors sent: ``2 (W - 1) n`` values over all ranks for ``n`` values, what a ring all-reduce sends.
 Gradients are summed over ranks, as every sharded lookup's are (DDP's average is this over ``W``).
 
-Taught in appendix 07c (sharding at scale).
+Taught in chapter 07 (appendix 07c, sharding at scale).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ lookups' communication per step on a modeled cluster of 2 to 8 hosts of 8 GPUs.
   the metered bytes on 4 real ranks) and only the network is modeled. The lookups' own compute
   (reading rows from HBM) is left out: every scheme reads the same rows.
 
-Taught in appendix 07c (sharding at scale).
+Taught in chapter 07 (appendix 07c, sharding at scale).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ twrw_sharding.py``) move them:
 The big partial sums of row-wise sharding (step 3) stay on the host's fast links; only finished
 vectors (step 4) cross hosts. Backward reverses 4 then 3.
 
-Taught in appendix 07c (sharding at scale).
+Taught in chapter 07 (appendix 07c, sharding at scale).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ all-to-alls stay inside a host and the replicas' all-reduce crosses hosts (Torch
 replicas sit in one host (TorchRec's default: "its replicated shards lie on the ranks within the
 node", ``DMPCollection._create_process_groups``).
 
-Taught in appendix 07c (sharding at scale).
+Taught in chapter 07 (appendix 07c, sharding at scale).
 """
 
 from __future__ import annotations
