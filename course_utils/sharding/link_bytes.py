@@ -16,12 +16,12 @@ table-row-wise      8 W (W-1) counts +     4 B T D (W (G-1) + G (H-1)):       -
 grid (C blocks)     same, each id sent     the same (``P w = T D``)           -
                     to C pieces
 data-parallel       0                      0 (gradients: 8 (W-1) sum N_t D)   -
-2-D (R groups)      chapter 07's, over G   chapter 07's, over G, R times      8 (R-1) n G
+2-D (R groups)      chapter 07's, over G   chapter 07's, over G, R times      8 (R-1) V
 ==================  =====================  =================================  ==============
 
-(2-D: ``n`` values in one rank's shards.) Backward sends each forward piece's gradient back
-along the reverse path, so ``gradients[s][d] = embeddings[d][s]`` except for data-parallel
-tables, whose gradients move in an all-reduce (reduce-scatter, then all-gather).
+(2-D: ``V`` values in one copy of the tables, ``D sum N_t``.) Backward sends each forward piece's
+gradient back along the reverse path, so ``gradients[s][d] = embeddings[d][s]`` except for
+data-parallel tables, whose gradients move in an all-reduce (reduce-scatter, then all-gather).
 
 Taught in chapter 07 (appendix 07c, sharding at scale).
 """

@@ -3,9 +3,11 @@
 TorchRec's ``ShardingType.DATA_PARALLEL`` ("replicated on all ranks", ``torchrec/distributed/
 types.py``): its input and output distributions are no-ops (``DpSparseFeaturesDist``,
 ``DpPooledEmbeddingDist`` in ``torchrec/distributed/sharding/dp_sharding.py``), and the tables'
-gradients are all-reduced with the dense part by DDP (``DefaultDataParallelWrapper`` in
-``torchrec/distributed/model_parallel.py``). Nothing moves in the forward pass; the backward pass
-moves the whole tables' gradients, whatever the batch: worth it for small tables only.
+gradients are all-reduced with the dense part by DDP: ``sharded_parameter_names`` yields none of
+a data-parallel table's (``torchrec/distributed/embeddingbag.py``), so
+``DefaultDataParallelWrapper`` (``torchrec/distributed/model_parallel.py``) leaves them to DDP.
+Nothing moves in the forward pass; the backward pass moves the whole tables' gradients, whatever
+the batch: worth it for small tables only.
 
 The all-reduce here is built from the course's metered all-to-all (:func:`all_reduce_by_exchange`:
 a reduce-scatter then an all-gather, each one ``exchange``), so its bytes are counted from the
