@@ -14,6 +14,9 @@ per rank, enforced), ``plot`` (the all-to-all pattern as a picture), ``runs``
 DDP dense part), ``mlperf`` (MLPerf's DLRM-DCNv2 on a modeled 8-GPU node, against a published step).
 ``torchrec_dlrm``, ``torchrec_train`` and ``torchrec_checkpoint`` build, train and checkpoint the same
 DLRM with TorchRec (appendix 07a); TorchRec is optional, so they are imported by name, not here.
+Appendix 07c: ``table_row_wise``, ``grid``, ``replicated_tables`` (TorchRec's other sharding types,
+registered in ``LOOKUPS`` and ``make_plan``), ``two_d`` (2-D sparse parallelism), ``link_bytes``
+(bytes between every pair of ranks) and ``scale_runs`` (their price on 2 to 8 modeled hosts).
 
 Taught in chapter 07.
 """
@@ -24,6 +27,7 @@ from course_utils.sharding.budget import BudgetExceededError, MemoryBudget
 from course_utils.sharding.column_wise import ColumnWiseEmbeddingBags
 from course_utils.sharding.lookups import LOOKUPS, shard_embeddings
 from course_utils.sharding.plan import (
+    AT_SCALE_KINDS,
     SHARDING_KINDS,
     Shard,
     ShardingPlan,
@@ -40,6 +44,7 @@ from course_utils.sharding.volume import busiest_rank_bytes, formula, measured, 
 
 __all__ = [
     "SHARDING_KINDS",
+    "AT_SCALE_KINDS",
     "Shard",
     "ShardingPlan",
     "make_plan",

@@ -54,6 +54,9 @@ class ShardedEmbeddingBags(nn.Module):
     device: where the values live (weights, pooled vectors): this rank's device by default, or
         ``"meta"`` to price real sizes on a modeled cluster without holding them (the ids stay
         real, on this rank's device, so that row-wise routing still reads them).
+    group: the process group the tables are sharded over (default: all ranks); its size must be
+        the plan's ``world_size`` and ranks are its group ranks (2-D sparse parallelism shards
+        inside a group of ranks, appendix 07c).
     Must be built inside a process group whose size is the plan's ``world_size``.
     """
 
@@ -66,6 +69,7 @@ class ShardedEmbeddingBags(nn.Module):
         budget=None,
         extra_values: int = 0,
         device=None,
+        group=None,
     ):
         super().__init__()
         if not dist.is_initialized():
@@ -73,7 +77,8 @@ class ShardedEmbeddingBags(nn.Module):
                 "a sharded lookup lives in a process group: build it inside a function "
                 "run by course_utils.launch (or after dist.init_process_group)"
             )
-        self.rank, world = dist.get_rank(), dist.get_world_size()
+        self.group = group
+        self.rank, world = dist.get_rank(group), dist.get_world_size(group)
         if world != plan.world_size:
             raise ValueError(
                 f"the plan is for {plan.world_size} ranks but the process group has {world}; "

@@ -32,7 +32,7 @@ class ColumnWiseEmbeddingBags(ShardedEmbeddingBags):
         bags = self._bags(ids)
         B, T, L = bags.shape
         W = self.plan.world_size
-        got = exchange([bags] * W, [(B, T, L)] * W, "ids", self.traffic)  # 1. ids out
+        got = exchange([bags] * W, [(B, T, L)] * W, "ids", self.traffic, self.group)  # 1. ids out
         every_batch = torch.cat(got)  # [W * B, T, L]
         pooled = torch.stack(
             [
@@ -43,6 +43,10 @@ class ColumnWiseEmbeddingBags(ShardedEmbeddingBags):
         )  # [W * B, T, D_mine]
         widths = [self.plan.shards_of(s)[0].num_cols for s in range(W)]
         back = exchange(
-            list(pooled.split(B)), [(B, T, widths[s]) for s in range(W)], "embeddings", self.traffic
+            list(pooled.split(B)),
+            [(B, T, widths[s]) for s in range(W)],
+            "embeddings",
+            self.traffic,
+            self.group,
         )  # 3. pooled back
         return torch.cat(back, dim=2)

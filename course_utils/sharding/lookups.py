@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from course_utils.sharding.base import ShardedEmbeddingBags
 from course_utils.sharding.column_wise import ColumnWiseEmbeddingBags
+from course_utils.sharding.grid import GridEmbeddingBags
 from course_utils.sharding.plan import ShardingPlan
+from course_utils.sharding.replicated_tables import ReplicatedEmbeddingBags
 from course_utils.sharding.row_wise import RowWiseEmbeddingBags
+from course_utils.sharding.table_row_wise import TableRowWiseEmbeddingBags
 from course_utils.sharding.table_wise import TableWiseEmbeddingBags
 
 __all__ = ["LOOKUPS", "shard_embeddings"]
@@ -17,6 +20,9 @@ LOOKUPS = {
     "table_wise": TableWiseEmbeddingBags,
     "row_wise": RowWiseEmbeddingBags,
     "column_wise": ColumnWiseEmbeddingBags,
+    "table_row_wise": TableRowWiseEmbeddingBags,  # appendix 07c
+    "grid_shard": GridEmbeddingBags,
+    "data_parallel": ReplicatedEmbeddingBags,
 }
 
 

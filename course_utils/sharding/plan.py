@@ -29,15 +29,19 @@ from course_utils.runtime.checks import check_sizes, check_whole
 
 __all__ = [
     "SHARDING_KINDS",
+    "AT_SCALE_KINDS",
     "Shard",
     "ShardingPlan",
     "plan_table_wise",
     "plan_row_wise",
     "plan_column_wise",
     "make_plan",
+    "PLANNERS",
 ]
 
 SHARDING_KINDS = ("table_wise", "row_wise", "column_wise")
+#: TorchRec's other kinds, built in appendix 07c (``table_row_wise``, ``grid``, ``replicated_tables``).
+AT_SCALE_KINDS = ("table_row_wise", "grid_shard", "data_parallel")
 
 
 @dataclass(frozen=True)
@@ -194,10 +198,17 @@ def plan_column_wise(cardinalities: Sequence[int], dim: int, world_size: int) ->
     return ShardingPlan("column_wise", cards, dim, world_size, tuple(shards))
 
 
+#: How each kind's plan is made: ``PLANNERS[kind](cardinalities, dim, world_size, **options)``.
+#: Appendix 07c's modules (``table_row_wise``, ``grid``, ``replicated_tables``) add their kinds, which
+#: the package's ``__init__`` imports, so they are here whenever ``course_utils.sharding`` is.
+PLANNERS = {"table_wise": plan_table_wise, "row_wise": plan_row_wise, "column_wise": plan_column_wise}
+
+
 def make_plan(kind: str, cardinalities: Sequence[int], dim: int, world_size: int, **options) -> ShardingPlan:
     """``make_plan("row_wise", cards, 16, 4, split="hash")``: the plan of ``kind`` (one of
-    :data:`SHARDING_KINDS`)."""
-    makers = {"table_wise": plan_table_wise, "row_wise": plan_row_wise, "column_wise": plan_column_wise}
-    if kind not in makers:
-        raise ValueError(f"unknown sharding kind {kind!r}; choose one of {', '.join(SHARDING_KINDS)}")
-    return makers[kind](cardinalities, dim, world_size, **options)
+    :data:`SHARDING_KINDS` or :data:`AT_SCALE_KINDS`, which take ``ranks_per_host=``)."""
+    if kind not in PLANNERS:
+        raise ValueError(
+            f"unknown sharding kind {kind!r}; choose one of {', '.join(SHARDING_KINDS + AT_SCALE_KINDS)}"
+        )
+    return PLANNERS[kind](cardinalities, dim, world_size, **options)

@@ -56,9 +56,11 @@ class RowWiseEmbeddingBags(ShardedEmbeddingBags):
         by_owner = owner.flatten().argsort(stable=True)
         pairs = torch.stack([bag.flatten(), local.flatten()], dim=1)[by_owner]  # [B*T*L, 2]
         counts = torch.bincount(owner.flatten(), minlength=W)  # [W]
-        incoming = exchange(list(counts.split(1)), [(1,)] * W, "counts", self.traffic)  # 1.
+        incoming = exchange(list(counts.split(1)), [(1,)] * W, "counts", self.traffic, self.group)  # 1.
         n_in = [int(c) for c in incoming]
-        got = exchange(list(pairs.split(counts.tolist())), [(n, 2) for n in n_in], "ids", self.traffic)  # 2.
+        got = exchange(
+            list(pairs.split(counts.tolist())), [(n, 2) for n in n_in], "ids", self.traffic, self.group
+        )  # 2.
         source = torch.cat([torch.full((n,), s, device=bags.device) for s, n in enumerate(n_in)])
         got = torch.cat(got)
         slot, rows = source * T * B + got[:, 0], got[:, 1]  # where each sum goes
@@ -71,6 +73,6 @@ class RowWiseEmbeddingBags(ShardedEmbeddingBags):
         partial = torch.zeros(W * T * B, D, device=self.device)
         partial = partial.index_add(0, slot[by_table].to(self.device), vectors)
         back = exchange(
-            list(partial.view(W, T, B, D).unbind(0)), [(T, B, D)] * W, "embeddings", self.traffic
+            list(partial.view(W, T, B, D).unbind(0)), [(T, B, D)] * W, "embeddings", self.traffic, self.group
         )  # 4.
         return torch.stack(back).sum(0).transpose(0, 1)  # [B, T, D]

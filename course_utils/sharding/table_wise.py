@@ -36,6 +36,7 @@ class TableWiseEmbeddingBags(ShardedEmbeddingBags):
             [(B, len(owned[self.rank]), L)] * W,
             "ids",
             self.traffic,
+            self.group,
         )
         every_batch = torch.cat(got)  # [W * B, T_mine, L]
         if len(self.weights):  # 2. look up
@@ -53,6 +54,7 @@ class TableWiseEmbeddingBags(ShardedEmbeddingBags):
             [(B, len(owned[s]), D) for s in range(W)],
             "embeddings",
             self.traffic,
+            self.group,
         )
         order = [t for s in range(W) for t in owned[s]]  # table of each column of cat(back)
         where = torch.tensor(order).argsort()
