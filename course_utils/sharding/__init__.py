@@ -14,6 +14,8 @@ per rank, enforced), ``plot`` (the all-to-all pattern as a picture), ``runs``
 DDP dense part), ``mlperf`` (MLPerf's DLRM-DCNv2 on a modeled 8-GPU node, against a published step).
 ``torchrec_dlrm``, ``torchrec_train`` and ``torchrec_checkpoint`` build, train and checkpoint the same
 DLRM with TorchRec (appendix 07a); TorchRec is optional, so they are imported by name, not here.
+``hashing`` (raw ids into rows, collisions), ``managed_collisions`` (a frequency-managed id map with
+eviction) and ``id_runs`` (what collisions cost in AUC) serve appendix 07e, imported by name.
 
 Taught in chapter 07.
 """
