@@ -11,7 +11,7 @@ training gets its own row (ids never seen share one row). It needs a row per id 
 from id to row, which is what a hashed table avoids and what a managed-collision remapper bounds
 (``managed_collisions.py``).
 
-Taught in appendix 07e (ids that collide).
+Taught in chapter 07 (appendix 07e, ids that collide).
 """
 
 from __future__ import annotations

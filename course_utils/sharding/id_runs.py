@@ -6,7 +6,7 @@ full-batch in float64 by a few Newton steps per row (``np.bincount`` sums each r
 a fixed order), so its test AUC is the same on every machine to far more digits than are printed.
 Everything a table gets is a mapping ``rows_of`` from raw ids to rows.
 
-Taught in appendix 07e (ids that collide).
+Taught in chapter 07 (appendix 07e, ids that collide).
 """
 
 from __future__ import annotations

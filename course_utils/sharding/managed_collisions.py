@@ -23,7 +23,7 @@ operators (``torch.unique``, ``searchsorted``, ``argsort``) run on CPU as on GPU
 Its memory is the map, not the ids ever seen: four int64 arrays of ``slots - 1`` entries (held ids,
 their rows, counts, last window) plus the history buffer of one interval.
 
-Taught in appendix 07e (ids that collide).
+Taught in chapter 07 (appendix 07e, ids that collide).
 """
 
 from __future__ import annotations

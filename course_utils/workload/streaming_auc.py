@@ -21,7 +21,7 @@ integrates the curve by trapezoids, which counts a bin's pairs one half as here;
 ``window_size`` predictions, labels and weights (float64), the states are concatenated across
 ranks, and the AUC is the trapezoid of the sorted cumulative counts.
 
-Taught in appendix 07e (evaluation at scale).
+Taught in chapter 07 (appendix 07e, evaluation at scale).
 """
 
 from __future__ import annotations

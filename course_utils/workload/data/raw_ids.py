@@ -18,7 +18,7 @@ space: how many distinct ids each column can hold), then::
 
 Integer arithmetic only: the same raw ids on every machine.
 
-Taught in appendix 07e (ids that collide).
+Taught in chapter 07 (appendix 07e, ids that collide).
 """
 
 from __future__ import annotations
