@@ -14,6 +14,9 @@ per rank, enforced), ``plot`` (the all-to-all pattern as a picture), ``runs``
 DDP dense part), ``mlperf`` (MLPerf's DLRM-DCNv2 on a modeled 8-GPU node, against a published step).
 ``torchrec_dlrm``, ``torchrec_train`` and ``torchrec_checkpoint`` build, train and checkpoint the same
 DLRM with TorchRec (appendix 07a); TorchRec is optional, so they are imported by name, not here.
+``cache`` (an LRU cache of hot rows, hit rates against Che's approximation), ``cache_steps`` (its
+misses on a modeled GPU's host link) and ``quantized`` (FP16 and INT8 tables) are appendix 07d's,
+imported by name.
 
 Taught in chapter 07.
 """
