@@ -6,9 +6,9 @@ over the GPU's host link, here the cluster's ``pcie`` preset (PCIe Gen5 x16, 64 
 priced as one message: ``alpha + bytes / beta`` (``network.collective_seconds("send", ...)``).
 
 * ``miss_counts``: rows each step copies in, counted by running the caches on real ids;
-* ``step_compute_seconds``: the step's own compute (forward, backward, SGD on the rows used), a
-  DLRM on the ``meta`` device priced by the roofline once (``timed_on``): its lookups read the
-  cache's slots, so its cost does not depend on how many rows the host holds;
+* ``step_compute_seconds``: the step's own compute (forward, backward, SGD on the MLPs and on the
+  rows used), a DLRM on the ``meta`` device priced by the roofline once (``timed_on``): its lookups
+  read the cache's slots, so its cost does not depend on how many rows the host holds;
 * ``modeled_steps``: the steps in virtual time. Without prefetch a step first copies its missing
   rows, then computes (the copy is on the critical path, as in FBGEMM's cache populated inside
   the forward). With prefetch, the copy of step ``s + 1``'s rows runs on the host link's lane
@@ -53,22 +53,30 @@ def host_copy_seconds(rows: int, dim: int, gpu: Cluster, bytes_per_value: int = 
 
 
 def step_compute_seconds(rows, dim: int, batch: int, gpu: Cluster, n_dense: int = 13) -> float:
-    """Modeled seconds of one training step (forward, backward, SGD on the rows used) of a DLRM
-    with tables of ``rows`` rows, on the ``meta`` device: the second of two steps, priced."""
+    """Modeled seconds of one training step of a DLRM with tables of ``rows`` rows, on the
+    ``meta`` device: forward, backward, SGD on the MLPs, and each table's looked-up rows updated
+    in place (``index_add_``, as a fused optimizer does); the second of two steps, priced."""
+    lr = 0.01
     with torch.device("meta"):
-        model = DLRM(rows, n_dense=n_dense, embedding_dim=dim, sparse_gradients=True)
+        model = DLRM(rows, n_dense=n_dense, embedding_dim=dim)
         dense, label = torch.empty(batch, n_dense), torch.empty(batch)
         sparse = torch.zeros(batch, len(rows), dtype=torch.int64)
-    sgd = torch.optim.SGD(model.parameters(), lr=0.01)
-    with modeled.timed_on(gpu) as run:
+    sgd = torch.optim.SGD(model.dense_parameters(), lr=lr)
+    with modeled.timed_on(gpu):
         for step in range(2):
             if step == 1:
                 first = modeled.modeled_ns()
             sgd.zero_grad()
-            F.binary_cross_entropy_with_logits(model(dense, sparse), label).backward()
+            with torch.no_grad():
+                pooled = model.embed(sparse)
+            pooled.requires_grad_()
+            logit = model.interact_and_predict(model.bottom(dense), pooled)
+            F.binary_cross_entropy_with_logits(logit, label).backward()
             sgd.step()
+            with torch.no_grad():
+                for t, bag in enumerate(model.embeddings):
+                    bag.weight.index_add_(0, sparse[:, t], pooled.grad[:, t], alpha=-lr)
         second = modeled.modeled_ns() - first
-    del run
     return second / 1e9
 
 
