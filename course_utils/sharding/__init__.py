@@ -17,6 +17,9 @@ DLRM with TorchRec (appendix 07a); TorchRec is optional, so they are imported by
 Appendix 07c: ``table_row_wise``, ``grid``, ``replicated_tables`` (TorchRec's other sharding types,
 registered in ``LOOKUPS`` and ``make_plan``), ``two_d`` (2-D sparse parallelism), ``link_bytes``
 (bytes between every pair of ranks) and ``scale_runs`` (their price on 2 to 8 modeled hosts).
+``cache`` (an LRU cache of hot rows, hit rates against Che's approximation), ``cache_steps`` (its
+misses on a modeled GPU's host link) and ``quantized`` (FP16 and INT8 tables) are appendix 07d's,
+imported by name.
 ``hashing`` (raw ids into rows, collisions), ``managed_collisions`` (a frequency-managed id map with
 eviction) and ``id_runs`` (what collisions cost in AUC) serve appendix 07e, imported by name.
 
