@@ -21,7 +21,7 @@ the characteristic time ``T_C`` solves ``sum_i (1 - exp(-p_i T_C)) = C`` and the
 ``sum_i p_i (1 - exp(-p_i T_C))``. ``static_hit_rate`` is a cache that holds the ``C`` most
 probable rows for ever: the best any cache can do without knowing the future.
 
-Taught in appendix 07d (memory tiers).
+Taught in chapter 07 (appendix 07d, memory tiers).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ priced as one message: ``alpha + bytes / beta`` (``network.collective_seconds("s
 The rows evicted go back to the host over the link's other direction (PCIe is full duplex), as
 many as came in; they are not on the step's path and are not priced here.
 
-Taught in appendix 07d (memory tiers).
+Taught in chapter 07 (appendix 07d, memory tiers).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@
 ``dequantized`` gives the numbers a lookup of such a table reads, as an fp32 table of the same
 shape: a model evaluated with them computes what one with quantized tables computes.
 
-Taught in appendix 07d (memory tiers).
+Taught in chapter 07 (appendix 07d, memory tiers).
 """
 
 from __future__ import annotations
