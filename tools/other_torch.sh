@@ -79,8 +79,8 @@ fi
 start=$(date +%s)
 "$python" -m venv "$venv" || exit 1
 . "$venv/bin/activate"
-pip install --quiet "torch==$version" || exit 1
-pip install --quiet -r requirements.txt || exit 1
+pip install --quiet --no-compile "torch==$version" || exit 1
+pip install --quiet --no-compile -r requirements.txt || exit 1
 python -c "import sys, torch; print('torch', torch.__version__, 'on Python', sys.version.split()[0]); \
 sys.exit(not torch.__version__.startswith('$version'))" || exit 1
 echo "other_torch.sh: venv ready after $(( $(date +%s) - start )) s"
