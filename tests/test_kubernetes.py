@@ -64,8 +64,14 @@ PLANTED = {
         lambda m: _pod(m)["volumes"][0]["emptyDir"].update(size="16Gi"),
         "emptyDir.size: Extra inputs",
     ),
-    "a required field missing": (lambda m: _pod(m)["containers"][0].pop("name"), "containers.0.name: Field required"),
-    "a wrong type": (lambda m: m["spec"]["replicatedJobs"][0].update(replicas="two"), "replicas: 'two' is not"),
+    "a required field missing": (
+        lambda m: _pod(m)["containers"][0].pop("name"),
+        "containers.0.name: Field required",
+    ),
+    "a wrong type": (
+        lambda m: m["spec"]["replicatedJobs"][0].update(replicas="two"),
+        "replicas: 'two' is not",
+    ),
     "another kind": (lambda m: m.update(kind="PyTorchJob"), "apiVersion/kind"),
 }
 
@@ -82,7 +88,11 @@ def test_a_planted_mistake_fails_validation(mistake):
 def test_the_vendored_schema_names_its_source():
     vendored = json.loads(km.template_path("jobset_v1alpha2_schema.json").read_text())
     assert "kubernetes-sigs/jobset/blob/v0.12.0/" in vendored["$comment"]
-    assert (vendored["group"], vendored["version"], vendored["kind"]) == ("jobset.x-k8s.io", "v1alpha2", "JobSet")
+    assert (vendored["group"], vendored["version"], vendored["kind"]) == (
+        "jobset.x-k8s.io",
+        "v1alpha2",
+        "JobSet",
+    )
 
 
 def test_dcp_takes_an_s3_url_to_its_fsspec_storage():

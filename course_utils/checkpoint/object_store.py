@@ -78,7 +78,9 @@ def _reset(endpoint: str) -> None:
     """Empty moto's store (its documented ``/moto-api/reset``)."""
     import urllib.request
 
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30).close()
+    urllib.request.urlopen(
+        urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30
+    ).close()
 
 
 def objects(url: str) -> dict[str, int]:
@@ -108,7 +110,9 @@ def _trained_job_state(cardinalities: tuple, seed: int, steps: int) -> tuple[dic
     logs = data.make_click_logs(64 * steps * world, cardinalities=cardinalities, seed=seed)
     for step in range(steps):
         rows = slice((step * world + rank) * 64, (step * world + rank + 1) * 64)
-        batch = data.Batch(*(torch.as_tensor(column[rows]) for column in (logs.dense, logs.sparse, logs.label)))
+        batch = data.Batch(
+            *(torch.as_tensor(column[rows]) for column in (logs.dense, logs.sparse, logs.label))
+        )
         train_step(model, optimizer, batch)
     return job.job_state(model, optimizer, {"step": steps, "epoch": 0}, []), model
 
