@@ -134,6 +134,9 @@ def job_state_round_trip(url: str, cardinalities: tuple = (40, 24, 12)) -> dict:
         a, b = local(a).contiguous().reshape(-1), local(b).contiguous().reshape(-1)
         return a.dtype == b.dtype and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
+    from course_utils.runtime import versions
+
+    versions.quiet_dcp_storage_warning()  # torch 2.9's writer warns about its own storage() call
     saved, _ = _trained_job_state(cardinalities, seed=0, steps=2)
     expected = {k: local(v).clone() for k, v in saved.items()}
     dcp.save(saved, checkpoint_id=url)
