@@ -60,7 +60,7 @@ def test_requirements_txt_installs_pyproject_with_its_extras():
     assert {"notebook", "test", "dev"} <= set(_project()["optional-dependencies"])
 
 
-CONDA_NAME = {"torch": "pytorch"}  # conda-forge's name where it differs from pip's
+CONDA_NAME = {"torch": "pytorch", "kubernetes": "python-kubernetes"}  # conda-forge's name where it differs from pip's
 
 
 def test_environment_yml_names_each_dependency_from_conda_forge():
