@@ -54,7 +54,7 @@ RUFF = f"ruff=={MATRIX['ruff']}"  # as .ci/run installs it; tests/test_packaging
 
 def _install(session: nox.Session) -> None:
     session.install(os.environ.get("COURSE_TORCH", f"torch=={MATRIX['course']['torch']}"))
-    session.install("-e", ".[notebook,test]")
+    session.install("-e", ".[notebook,test,kubernetes]")
 
 
 def _chapter(session: nox.Session) -> str:

@@ -51,22 +51,26 @@ def _pyproject() -> dict:
     return _specs(_project()["dependencies"])
 
 
-INSTALL_LINE = "-e .[notebook,test]"
+INSTALL_LINE = "-e .[notebook,test,kubernetes]"
 
 
 def test_requirements_txt_installs_pyproject_with_its_extras():
     lines = [ln.strip() for ln in (ROOT / "requirements.txt").read_text().splitlines()]
     assert [ln for ln in lines if ln and not ln.startswith("#")] == [INSTALL_LINE]
-    assert {"notebook", "test", "dev"} <= set(_project()["optional-dependencies"])
+    assert {"notebook", "test", "kubernetes", "dev"} <= set(_project()["optional-dependencies"])
 
 
-CONDA_NAME = {"torch": "pytorch", "kubernetes": "python-kubernetes"}  # conda-forge's name where it differs from pip's
+CONDA_NAME = {
+    "torch": "pytorch",
+    "kubernetes": "python-kubernetes",
+}  # conda-forge's name where it differs from pip's
 
 
 def test_environment_yml_names_each_dependency_from_conda_forge():
-    """Every dependency of pyproject.toml's main list and notebook and test extras is a conda-forge
-    package in environment.yml, under its conda-forge name with pyproject's version spec (or a pip
-    line, for what conda-forge lacks); the course itself is pip's ``-e .`` with those extras."""
+    """Every dependency of pyproject.toml's main list and notebook, test and kubernetes extras is a
+    conda-forge package in environment.yml, under its conda-forge name with pyproject's version spec
+    (or a pip line, for what conda-forge lacks); the course itself is pip's ``-e .`` with those
+    extras."""
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     assert env["channels"] == ["conda-forge"]
     conda = _specs(d for d in env["dependencies"] if isinstance(d, str))
@@ -75,7 +79,7 @@ def test_environment_yml_names_each_dependency_from_conda_forge():
     assert pip[-1] == INSTALL_LINE
     from_pip = _specs(pip[:-1])
     wanted = dict(_pyproject())
-    for extra in ("notebook", "test"):
+    for extra in ("notebook", "test", "kubernetes"):
         wanted |= _specs(e.split(";")[0] for e in _project()["optional-dependencies"][extra])
     wrong = {
         name: (spec, conda.get(CONDA_NAME.get(name, name)), from_pip.get(name))
@@ -96,6 +100,7 @@ def test_what_the_code_imports_is_declared():
         "yaml": "pyyaml",
         "tomli": "tomli",
         "PIL": "matplotlib",
+        "packaging": "matplotlib",
         "IPython": "jupyterlab",
         "ipykernel": "jupyterlab",
         "jupyter_client": "jupyterlab",
@@ -264,6 +269,39 @@ def test_the_setup_check_installs_what_is_missing_but_never_torch(monkeypatch):
         f"pandas{_pyproject()['pandas']}",
         f"pyarrow{_pyproject()['pyarrow']}",
     ]
+
+
+def test_an_appendix_installs_its_extra_and_only_what_applies_to_this_python(monkeypatch):
+    """``install_extra`` (appendix 08a's first cell on Colab or Kaggle) installs the extra's
+    missing packages with pip, skips what another Python needs (the site extra's tomli), and
+    refuses an extra the course does not declare in one line."""
+    from importlib import metadata
+
+    from course_utils.notebook import hosted
+
+    real = metadata.version
+
+    def version(name):  # this machine, without moto, s3fs and sphinx
+        if name.lower() in ("moto", "s3fs", "sphinx"):
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(metadata, "version", version)
+    installed = []
+    monkeypatch.setattr(hosted, "_pip_install", installed.append)
+    hosted.install_extra("kubernetes")
+    wanted = [
+        spec
+        for spec in _project()["optional-dependencies"]["kubernetes"]
+        if spec.startswith(("s3fs", "moto"))
+    ]
+    assert installed == [wanted] and len(wanted) == 2
+    site = hosted.missing_requirements("site")
+    assert site[0].startswith("sphinx") and not any(s.startswith("tomli") for s in site) == (
+        sys.version_info >= (3, 11)
+    )
+    with pytest.raises(ValueError, match="the course has no extra 'nope'; it has \\['dev', 'kubernetes'"):
+        hosted.install_extra("nope")
 
 
 def _matrix() -> dict:

@@ -20,32 +20,53 @@ Taught in chapter 00 (what the first cell of every notebook does).
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from importlib import metadata
 
-__all__ = ["DISTRIBUTION", "missing_requirements", "check_release", "repository", "main"]
+__all__ = ["DISTRIBUTION", "missing_requirements", "install_extra", "check_release", "repository", "main"]
 
 DISTRIBUTION = "distributed-recsys-course"
-_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
-def missing_requirements() -> list[str]:
-    """The course's requirements (``pip`` specs, extras left out) whose package is not installed, torch
-    excepted."""
+def missing_requirements(extra: str | None = None) -> list[str]:
+    """The course's requirements (``pip`` specs; those of ``extra`` if given, else the core ones)
+    that apply to this Python and whose package is not installed, torch excepted."""
+    from packaging.requirements import Requirement  # matplotlib's dependency, so always there
+
     missing = []
     for spec in metadata.requires(DISTRIBUTION) or []:
-        if "extra ==" in spec:
-            continue
-        name = _NAME.match(spec).group(1)
-        if name.lower() == "torch":
+        requirement = Requirement(spec)
+        marker = requirement.marker
+        if (marker is not None and "extra" in str(marker)) != (extra is not None):
+            continue  # a core requirement when an extra's are wanted, or the other way round
+        if marker is not None and not marker.evaluate({"extra": extra or ""}):
+            continue  # another extra's, or not for this Python
+        if requirement.name.lower() == "torch":
             continue
         try:
-            metadata.version(name)
+            metadata.version(requirement.name)
         except metadata.PackageNotFoundError:
             missing.append(spec.split(";")[0].strip())
     return missing
+
+
+def _pip_install(specs: list[str]) -> None:
+    # --timeout: pip gives up on a stalled connection instead of waiting forever
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--timeout", "60", "--"]
+    subprocess.run(pip + specs, check=True, timeout=900)
+
+
+def install_extra(extra: str) -> None:
+    """Install what the course's optional ``extra`` needs and is missing (an appendix that needs
+    more than the course, e.g. 08a's ``kubernetes``, calls this first); prints nothing when all is
+    there. ``ValueError`` (one line) for an extra the course does not declare."""
+    declared = metadata.metadata(DISTRIBUTION).get_all("Provides-Extra") or []
+    if extra not in declared:
+        raise ValueError(f"the course has no extra {extra!r}; it has {sorted(declared)}")
+    missing = missing_requirements(extra)
+    if missing:
+        _pip_install(missing)
 
 
 def check_release(release: str) -> str | None:
@@ -83,9 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"setup: {problem}", file=sys.stderr)
         return 1
     missing = missing_requirements()
-    if missing:  # --timeout: pip gives up on a stalled connection instead of waiting forever
-        pip = [sys.executable, "-m", "pip", "install", "-q", "--timeout", "60", "--"]
-        subprocess.run(pip + missing, check=True, timeout=900)
+    if missing:
+        _pip_install(missing)
     return 0
 
 
