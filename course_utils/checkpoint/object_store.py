@@ -18,7 +18,7 @@ progress, random state) saved to a URL and loaded back into another model.
 Loading with DCP's own reader unpickles the checkpoint's ``.metadata``: read only from a bucket
 that only your jobs can write (``safe_load`` checks local folders; it does not read URLs).
 
-Taught in appendix 08a (Kubernetes).
+Taught in chapter 08 (appendix 08a, Kubernetes).
 """
 
 from __future__ import annotations

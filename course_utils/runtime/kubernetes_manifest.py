@@ -16,7 +16,7 @@ API server's strict field validation does; a plain ``apply`` would drop an unkno
 
 :func:`errors` returns one line per problem, ``[]`` for a manifest both accept.
 
-Taught in appendix 08a (Kubernetes).
+Taught in chapter 08 (appendix 08a, Kubernetes).
 """
 
 from __future__ import annotations
