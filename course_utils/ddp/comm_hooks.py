@@ -34,8 +34,6 @@ Taught in chapter 04 (appendix 04a, section 4).
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -44,6 +42,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from course_utils.ddp.overlap import MLPERF_DLRM, dlrm_batch, hidden_ns
 from course_utils.runtime.cluster import installed, timeline
+from course_utils.runtime.taps import tap_collectives
 from course_utils.runtime.timing import now
 from course_utils.workload.models import DLRMConfig
 
@@ -98,22 +97,12 @@ HOOKS = {
 }
 
 
-@contextlib.contextmanager
 def tap_all_reduce(calls: list):
     """Within the block, append the bytes of every tensor given to ``dist.all_reduce`` (in this
-    process) to ``calls``; the call itself is unchanged. (DDP's hooks call ``dist.all_reduce``
-    through the module, so the tap sees them; DDP's built-in C++ all-reduce does not.)"""
-    original = dist.all_reduce
-
-    def counted(tensor, *args, **kwargs):
-        calls.append(tensor.numel() * tensor.element_size())
-        return original(tensor, *args, **kwargs)
-
-    dist.all_reduce = counted
-    try:
-        yield calls
-    finally:
-        dist.all_reduce = original
+    process) to ``calls``; the call itself is unchanged (``runtime.taps.tap_collectives``). (DDP's
+    hooks call ``dist.all_reduce`` through the module, so the tap sees them; DDP's built-in C++
+    all-reduce does not.)"""
+    return tap_collectives(all_reduce=calls)
 
 
 def powersgd_bytes(model: nn.Module, rank: int, min_compression_rate: float = 2) -> int:

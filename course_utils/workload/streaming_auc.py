@@ -34,6 +34,7 @@ import torch.distributed as dist
 
 from course_utils.runtime.checks import check_whole
 from course_utils.runtime.hardware import rank_device
+from course_utils.runtime.taps import tap_collectives
 
 __all__ = [
     "score_histogram",
@@ -91,28 +92,17 @@ def binned_auc(labels, scores, bins: int = 10_000, group=None) -> tuple[float, t
 
 @contextlib.contextmanager
 def metered_collectives():
-    """Count the bytes of every ``dist.all_reduce`` and ``dist.all_gather`` called inside.
+    """Count the bytes of every ``dist.all_reduce`` and ``dist.all_gather`` called inside
+    (``runtime.taps.tap_collectives``).
 
-    Yields a dict ``{op: bytes}``: for an all-reduce the tensor reduced, for an all-gather the
-    tensors gathered (what every rank holds afterwards, its own part included). The functions
-    are wrapped on ``torch.distributed`` for the block and restored after it.
+    Yields a dict ``{op: bytes}``, filled when the block ends: for an all-reduce the tensor
+    reduced, for an all-gather the tensors gathered (what every rank holds afterwards, its own
+    part included). ``torch.distributed`` is put back after the block.
     """
-    counted = {"all_reduce": 0, "all_gather": 0}
-    real_reduce, real_gather = dist.all_reduce, dist.all_gather
-
-    def all_reduce(tensor, *args, **kwargs):
-        counted["all_reduce"] += tensor.numel() * tensor.element_size()
-        return real_reduce(tensor, *args, **kwargs)
-
-    def all_gather(tensor_list, tensor, *args, **kwargs):
-        counted["all_gather"] += sum(t.numel() * t.element_size() for t in tensor_list)
-        return real_gather(tensor_list, tensor, *args, **kwargs)
-
-    dist.all_reduce, dist.all_gather = all_reduce, all_gather
-    try:
-        yield counted
-    finally:
-        dist.all_reduce, dist.all_gather = real_reduce, real_gather
+    totals = {}
+    with tap_collectives(all_reduce=[], all_gather=[]) as sizes:
+        yield totals
+    totals.update({op: sum(calls) for op, calls in sizes.items()})
 
 
 def evaluation_bytes(rows: int, world_size: int, bins: int) -> dict:
