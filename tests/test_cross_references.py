@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("*.ipynb"))
 HEADING = re.compile(r"^#{2,4}\s+(\d+[a-z]?)\.", re.M)
 REFERENCE = re.compile(
-    r"(?:(?:[Cc]hapter|[Aa]ppendix) (?P<chapter>\d\d[a-z]?)(?:'s|,)?\s*\(?\s*)?"
+    r"(?:(?:[Cc]hapter|[Aa]ppendix) (?P<chapter>\d\d[a-z]?)(?:['’]s|,)?\s*\(?\s*)?"
     r"[Ss]ections? (?P<first>\d+[a-z]?)(?:\s*(?:to|and|-|,)\s*(?P<last>\d+[a-z]?))?"
 )
 
@@ -64,3 +64,7 @@ def test_a_wrong_reference_is_caught():
     assert m.group("chapter") == "08" and m.group("first") == "12" and "12" not in SECTIONS["08"]
     m = REFERENCE.search("see appendix 04a, section 2")
     assert m.group("chapter") == "04a" and m.group("first") == "2"
+    # The website's pages carry typographic apostrophes (Sphinx's smart quotes): chapter 07’s.
+    for apostrophe in ("'", "’"):
+        m = REFERENCE.search(f"as chapter 07{apostrophe}s section 9 showed")
+        assert m.group("chapter") == "07" and m.group("first") == "9"

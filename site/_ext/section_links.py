@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 NUMBERED_TITLE = re.compile(r"^(\d+[a-z]?)\.\s")
 REFERENCE = re.compile(
-    r"(?:(?:[Cc]hapter|[Aa]ppendix) (?P<chapter>\d\d[a-z]?)(?:'s|,)?\s*\(?\s*)?"
+    r"(?:(?:[Cc]hapter|[Aa]ppendix) (?P<chapter>\d\d[a-z]?)(?:['’]s|,)?\s*\(?\s*)?"
     r"[Ss]ections? (?P<first>\d+[a-z]?)(?:\s*(?:to|and|-|,)\s*(?P<last>\d+[a-z]?))?"
 )
 CHAPTER_DOC = re.compile(r"^chapters/(\d\d[a-z]?)_")  # chapters/04_ddp, chapters/04a_ddp_in_practice
