@@ -20,12 +20,14 @@
 #                ATEN_CPU_CAPABILITY=default, MKL_ENABLE_INSTRUCTIONS=SSE4_2)
 # --venv DIR     where the venv goes (default .venv-torch-VERSION); an existing one is reused
 # --prepare      build the venv and stop (.ci/run builds them while its first parts run)
+# --torch-only   with --prepare: only the venv and its torch (.ci/run fetches the torches first,
+#                while its fast gate runs, and installs the course beside them later)
 # --notebooks P  the folders (or notebooks) nbval runs, space-separated (default "chapters solutions")
 # torch releases are CUDA builds on Linux (several GB); they run on the CPU.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-usage() { sed -n '2,24p' "$0" >&2; exit 2; }
+usage() { sed -n '2,26p' "$0" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 matrix() { python3 tools/matrix.py "$1" || exit 2; }  # a value of pyproject.toml's version matrix
 version=$1 python_version=""
@@ -36,13 +38,14 @@ case "$version" in
        version=$(matrix "$name.torch") || exit 2
        python_version=$(python3 tools/matrix.py "$name.python" 2>/dev/null) ;;  # where it names one
 esac
-unit="" isa=() venv="" tests=() prepare=0 notebooks=(chapters solutions)
+unit="" isa=() venv="" tests=() prepare=0 torch_only=0 notebooks=(chapters solutions)
 while [ $# -gt 0 ]; do
     case "$1" in
         --python) python_version=${2:?--python needs X.Y}; shift 2 ;;
         --unit-tests) unit=(--unit); shift ;;
         --all-tests) unit=(-m "not wheel"); shift ;;
         --prepare) prepare=1; shift ;;
+        --torch-only) torch_only=1; shift ;;
         --older-isa) read -ra isa <<<"$(matrix floor.env)" && [ "${#isa[@]}" -gt 0 ] || exit 2; shift ;;
         --venv) venv=${2:?--venv needs a folder}; shift 2 ;;
         --tests) tests+=("${2:?--tests needs a test file}"); shift 2 ;;
@@ -80,6 +83,10 @@ start=$(date +%s)
 "$python" -m venv "$venv" || exit 1
 . "$venv/bin/activate"
 pip install --quiet --no-compile "torch==$version" || exit 1
+if [ "$torch_only" -eq 1 ]; then
+    echo "other_torch.sh: torch $version in $venv after $(( $(date +%s) - start )) s"
+    exit 0
+fi
 pip install --quiet --no-compile -r requirements.txt || exit 1
 python -c "import sys, torch; print('torch', torch.__version__, 'on Python', sys.version.split()[0]); \
 sys.exit(not torch.__version__.startswith('$version'))" || exit 1
