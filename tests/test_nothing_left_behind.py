@@ -56,6 +56,13 @@ def _started(folder: Path, count: int) -> list[int]:
     return [int(f.read_text()) for f in files] if len(files) >= count else []
 
 
+def _wait_until(condition, seconds: float) -> None:
+    """Return once ``condition()`` is true, or after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _assert_nothing_left(pids: list[int], tag: dict[str, str]) -> None:
     assert pids, "the workers never wrote their pids"
     left = [p for p in pids if process_tree.alive(p)]
@@ -72,8 +79,15 @@ def _assert_nothing_left(pids: list[int], tag: dict[str, str]) -> None:
 def test_a_runner_timeout_stops_torchruns_workers_and_what_they_started(tmp_path):
     tag = {"COURSE_TEST_TAG": uuid.uuid4().hex}
     (tmp_path / "a").mkdir()
+
+    def up(procs):  # the runner's first look waits for the workers and their children (on a busy
+        # machine starting them can take longer than the timeout), so that the timeout finds them running
+        _wait_until(lambda: len(_started(tmp_path / "a", 4)) == 4, seconds=120)
+
     with pytest.raises(runner.LauncherError, match=r"still running after 8 s"):
-        runner.run_together([_torchrun(tmp_path, str(tmp_path / "a"))], timeout=8, extra_env=[tag], grace=2)
+        runner.run_together(
+            [_torchrun(tmp_path, str(tmp_path / "a"))], timeout=8, extra_env=[tag], grace=2, watch=up
+        )
     _assert_nothing_left(_started(tmp_path / "a", 4), tag)
 
 
