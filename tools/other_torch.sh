@@ -20,7 +20,7 @@
 #                ATEN_CPU_CAPABILITY=default, MKL_ENABLE_INSTRUCTIONS=SSE4_2)
 # --venv DIR     where the venv goes (default .venv-torch-VERSION); an existing one is reused
 # --prepare      build the venv and stop (.ci/run builds them while its first parts run)
-# --torch-only   with --prepare: only the venv and its torch (.ci/run fetches the torches first,
+# --torch-only   build the venv with its torch only and stop (.ci/run fetches the torches first,
 #                while its fast gate runs, and installs the course beside them later)
 # --notebooks P  the folders (or notebooks) nbval runs, space-separated (default "chapters solutions")
 # torch releases are CUDA builds on Linux (several GB); they run on the CPU.
