@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from course_utils.checkpoint import safe_load
-from course_utils.runtime import elastic_run, runner
+from course_utils.runtime import elastic_run, runner, stderr_report
 from course_utils.scripts import train_hybrid
 from course_utils.workload import data
 
@@ -272,7 +272,7 @@ def test_under_torchrun_rank_0_says_it_once_and_torchruns_summary_names_it(tmp_p
     lines = error.value.stderr.splitlines()
     before_torchruns_report = lines[: lines.index("Traceback (most recent call last):")]
     # the job's own output: one line, from rank 0 (the rest are torchrun's log lines, "W1128 ...")
-    job_said = [ln for ln in before_torchruns_report if not runner._C10_PREFIX.match(ln)]
+    job_said = [ln for ln in before_torchruns_report if not stderr_report.C10_PREFIX.match(ln)]
     assert len(job_said) == 1 and job_said[0].startswith(f"train_hybrid: {said}")
     root_cause = error.value.stderr.split("Root Cause")[1]
     assert f"JobInputError: {said}" in root_cause and "exitcode  : 2" in root_cause  # @record named it

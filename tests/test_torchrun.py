@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from course_utils.collectives import free_port
-from course_utils.runtime import process_tree, runner
+from course_utils.runtime import process_tree, runner, stderr_report
 from course_utils.scripts import hello
 
 pytestmark = [pytest.mark.chapter(2, 8), pytest.mark.launches]
@@ -299,16 +299,16 @@ def test_a_launcher_error_keeps_the_ranks_exception_that_torchrun_pushed_out_of_
             *[f"torchrun summary line {i}" for i in range(30)],
         ]
     )
-    tail = runner._tail(stderr).splitlines()
+    tail = stderr_report.stderr_tail(stderr).splitlines()
     assert tail[0] == (
         "(first error) ValueError: --batch-size must be a multiple of the world size, got 100 for 3 ranks"
     )
     assert tail[-1] == "torchrun summary line 29" and len(tail) == 17
     aborted = "terminate called without an active exception\n" + "\n".join(f"summary {i}" for i in range(30))
-    first_line = runner._tail(aborted).splitlines()[0]
+    first_line = stderr_report.stderr_tail(aborted).splitlines()[0]
     assert first_line == "(first error) terminate called without an active exception"
     short = "torch.distributed.DistStoreError: Timed out\nlast line"
-    assert runner._tail(short) == short  # already in the tail: nothing added
+    assert stderr_report.stderr_tail(short) == short  # already in the tail: nothing added
 
 
 def test_a_rank_ends_without_the_interpreters_shutdown_only_when_main_returns(tmp_path):

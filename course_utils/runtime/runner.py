@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import site
 import subprocess
 import sys
@@ -40,6 +39,7 @@ import course_utils
 from course_utils.runtime import hardware, loopback, process_tree
 from course_utils.runtime.launcher.output import engine_line
 from course_utils.runtime.ports import free_port
+from course_utils.runtime.stderr_report import port_hint, stderr_tail
 
 # The `torchrun` command is this module's console script; running it through the
 # current interpreter works even where the venv's bin/ folder is not on PATH.
@@ -47,7 +47,6 @@ LAUNCHERS = {
     "torchrun": [sys.executable, "-m", "torch.distributed.run"],
     "torch.distributed.launch": [sys.executable, "-m", "torch.distributed.launch"],
 }
-_C10_PREFIX = re.compile(r"^[WIE]\d{4} [\d:.]+ \d+ [^\]]*\] ?")
 #: The folder that holds the ``course_utils`` package: the checkout's root in a checkout,
 #: site-packages in a wheel install (``pip install git+...``, as on Colab).
 PACKAGE_ROOT = str(Path(course_utils.__file__).resolve().parent.parent)
@@ -249,7 +248,7 @@ def run_together(
         i = failed[0]
         raise LauncherError(
             f"launcher {i} of {len(procs)} exited with code {procs[i].returncode}"
-            f"{_hint(outputs[i][1])}; the end of its stderr:\n{_tail(outputs[i][1])}",
+            f"{port_hint(outputs[i][1])}; the end of its stderr:\n{stderr_tail(outputs[i][1])}",
             stderr=outputs[i][1],
         )
     if running:
@@ -272,32 +271,6 @@ def _pythonpath() -> dict[str, str]:
     if PACKAGE_ROOT in sites:
         return {}
     return {"PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
-
-
-def _hint(stderr: str) -> str:
-    if "EADDRINUSE" in stderr or "ddress already in use" in stderr:
-        return " because its rendezvous port is already in use (choose another port, or --standalone)"
-    return ""
-
-
-# a Python exception ("ValueError: ...") or C++'s std::terminate ("terminate called after throwing ...")
-_EXCEPTION_LINE = re.compile(r"^(?:(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): |terminate called )")
-
-
-def _tail(text: str, lines: int = 15) -> str:
-    """The last lines of a launcher's stderr, without c10's log prefix "W1122 15:30:01.1 pid file.py:12]".
-
-    torchrun ends with its own summary of the failure, which can push a rank's exception out of
-    the last lines; the first exception line (``ValueError: ...``, or C++'s ``terminate called
-    ...`` before a rank's SIGABRT) is then put first.
-    """
-    kept = [_C10_PREFIX.sub("", ln) for ln in text.splitlines()]
-    kept = [ln for ln in kept if ln.strip(" *")]
-    tail = kept[-lines:]
-    first_error = next((ln for ln in kept if _EXCEPTION_LINE.match(ln.strip())), None)
-    if first_error is not None and first_error not in tail:
-        tail = [f"(first error) {first_error.strip()}", "...", *tail]
-    return "\n".join(tail)
 
 
 def spawn_and_wait(fn, args: tuple, nprocs: int, timeout: float = 120.0) -> None:
