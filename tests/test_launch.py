@@ -95,6 +95,7 @@ def own_process_group():
     assert not dist.is_initialized()
     dist.init_process_group("gloo", init_method="env://")
     rank = dist.get_rank()
+    dist.barrier()  # leave only once every rank has joined (tests/test_group_teardown.py)
     dist.destroy_process_group()
     return rank, os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"]
 

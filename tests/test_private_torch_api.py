@@ -31,16 +31,13 @@ from __future__ import annotations
 
 import ast
 import importlib
-import json
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
+from helpers.course_code import sources
 
 pytestmark = pytest.mark.chapter()
 
-ROOT = Path(__file__).resolve().parents[1]
 COMPAT = "course_utils/runtime/compat.py"
 
 #: ``{(file, private name): why it stays outside compat.py}``. Every entry must still be used
@@ -73,36 +70,10 @@ NOT_TORCH = {
     "_field_defaults": "namedtuple",
 }
 
-_MAGIC = re.compile(r"^(\s*)[%!]")  # IPython line magics and shell escapes
-
 
 def is_private(name: str) -> bool:
     """``_x`` and ``_x_``, not ``__x__`` (dunders are Python's) nor ``_`` alone."""
     return name.startswith("_") and name != "_" and not (name.startswith("__") and name.endswith("__"))
-
-
-def cell_code(cell: dict) -> str:
-    """A code cell's source as Python: IPython's ``%magic`` and ``!shell`` lines become ``pass``."""
-    source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-    return "\n".join(_MAGIC.sub(r"\1pass  # ", line) for line in source.splitlines())
-
-
-def sources() -> dict[str, list[tuple[str, ast.Module]]]:
-    """``{file: [(where, parsed code)]}``: a module is one piece, a notebook one per code cell
-    (compat.py too: what it defines is the course's; its uses are not checked)."""
-    found = {}
-    for path in sorted((ROOT / "course_utils").rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
-        found[rel] = [("", ast.parse(path.read_text(), filename=rel))]
-    for path in sorted([*ROOT.glob("chapters/*.ipynb"), *ROOT.glob("solutions/*.ipynb")]):
-        rel = path.relative_to(ROOT).as_posix()
-        cells = json.loads(path.read_text())["cells"]
-        found[rel] = [
-            (f"cell {i} ", ast.parse(cell_code(cell), filename=f"{rel} cell {i}"))
-            for i, cell in enumerate(cells)
-            if cell["cell_type"] == "code"
-        ]
-    return found
 
 
 @dataclass(frozen=True)
