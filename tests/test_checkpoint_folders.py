@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.checkpoint import checkpoints, latest_complete, step_of
+from course_utils.checkpoint import checkpoints, folders, latest_complete, step_of
 from course_utils.checkpoint.folders import prunable
 
 pytestmark = pytest.mark.chapter(8)
@@ -38,3 +38,42 @@ def test_an_incomplete_folder_is_never_taken_for_a_complete_one(tmp_path):
     _folders(tmp_path, [], incomplete=[10])
     assert latest_complete(tmp_path) is None and prunable(tmp_path, keep=1) == []
     assert step_of(tmp_path / "step_abc") is None and step_of(tmp_path / "data") is None
+
+
+def test_a_url_is_listed_ordered_and_pruned_as_a_local_folder_is(tmp_path):
+    """``memory://`` (fsspec's in-process store: no server) against ``tmp_path``; a local folder's
+    checkpoints stay ``pathlib`` paths (the object store's own test: ``test_job_object_store``)."""
+    url = f"memory://folders_{tmp_path.name}"
+    for root in (tmp_path, url):
+        place = folders.location(root)
+        for step, name in ((9, ".metadata"), (10, "__0_0.distcp"), (1_000_000, ".metadata")):
+            file = place / f"step_{step:06d}" / name
+            if not folders.is_url(root):
+                file.parent.mkdir()
+            file.write_bytes(b"")
+    answers = [
+        (
+            [p.name for p in checkpoints(root)[0]],
+            [p.name for p in checkpoints(root)[1]],
+            latest_complete(root).name,
+            [p.name for p in prunable(root, keep=1)],
+        )
+        for root in (tmp_path, url)
+    ]
+    assert (
+        answers[0]
+        == answers[1]
+        == (
+            ["step_000009", "step_1000000"],
+            ["step_000010"],
+            "step_1000000",
+            ["step_000009", "step_000010"],
+        )
+    )
+    assert type(folders.location(tmp_path)) is type(tmp_path) and not folders.is_url(tmp_path)
+    assert all(type(p) is type(tmp_path) for p in checkpoints(tmp_path)[0])
+    assert str(latest_complete(url)) == f"{url}/step_1000000" and step_of(f"{url}/step_000009") == 9
+    for old in prunable(url, keep=1):
+        folders.remove(old)
+    assert [p.name for p in folders.location(url).iterdir()] == ["step_1000000"]
+    assert checkpoints(f"{url}/nothing_yet") == ([], [])

@@ -158,6 +158,12 @@ BAD_INPUTS = [
         "--batch-size 2048 needs 1024 rows per rank per step, and a rank's share of --data",
     ),
     ("a file as --checkpoint-dir", "!--checkpoint-dir {f}/a_file", "a_file is a file, not a folder"),
+    (
+        "a checkpoint URL of a scheme fsspec does not know",
+        "--checkpoint-url nosuch://x/job",
+        "--checkpoint-url nosuch://x/job: Protocol not known: nosuch; pass a URL fsspec knows",
+    ),
+    ("a local path as --checkpoint-url", "--checkpoint-url ck2", "--checkpoint-url ck2 is not a URL"),
     ("a folder under a file", "!--checkpoint-dir {f}/a_file/ck", "a_file is a file, not a folder"),
     (
         "another job's checkpoints",
@@ -318,3 +324,33 @@ def test_a_metadata_naming_a_path_loads_on_every_python(tmp_path):
     pickles as ``pathlib._local.PosixPath``. Both are data, not code, and load."""
     (tmp_path / ".metadata").write_bytes(pickle.dumps({"where": Path("/some/folder")}))
     assert safe_load.read_metadata(tmp_path) == {"where": Path("/some/folder")}
+
+
+def test_a_checkpoint_at_a_url_loads_as_data_and_one_holding_a_pickle_is_refused(tmp_path):
+    """The same refusals through fsspec (``memory://``: fsspec's in-process store, no server):
+    ``read_metadata`` reads the URL's ``.metadata``, the safe reader is DCP's ``FsspecReader``."""
+    import torch.distributed.checkpoint as dcp
+
+    url = f"memory://safe_load_{tmp_path.name}"
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore")  # DCP in one process, without a process group
+        dcp.save({"w": torch.arange(6.0).reshape(2, 3)}, checkpoint_id=f"{url}/good")
+        dcp.save({"rng/rank0": _Canary(tmp_path / "ran")}, checkpoint_id=f"{url}/pickled")
+    assert type(safe_load.reader_for(f"{url}/good")).__name__ == "SafeFsspecReader"
+    assert type(safe_load.reader_for(tmp_path)) is safe_load.SafeReader
+    state = {"w": torch.zeros(2, 3)}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
+        safe_load.load(state, f"{url}/good")
+        assert torch.equal(state["w"], torch.arange(6.0).reshape(2, 3))
+        assert safe_load.non_tensor_entries(f"{url}/pickled") == ["rng/rank0"]
+        with pytest.raises(
+            safe_load.CheckpointRefused, match=r"entry 'rng/rank0' of the checkpoint is a pickled"
+        ):
+            safe_load.load({"rng/rank0": b""}, f"{url}/pickled")
+    from course_utils.checkpoint import folders
+
+    folders.location(f"{url}/good/.metadata").write_bytes(pickle.dumps(_Canary(tmp_path / "ran")))
+    with pytest.raises(safe_load.CheckpointRefused, match=rf"^{url}/good: its .metadata names pathlib"):
+        safe_load.read_metadata(f"{url}/good")
+    assert not (tmp_path / "ran").exists()

@@ -63,6 +63,7 @@ def test_requirements_txt_installs_pyproject_with_its_extras():
 CONDA_NAME = {
     "torch": "pytorch",
     "kubernetes": "python-kubernetes",
+    "universal-pathlib": "universal_pathlib",
 }  # conda-forge's name where it differs from pip's
 
 
@@ -106,6 +107,7 @@ def test_what_the_code_imports_is_declared():
         "jupyter_client": "jupyterlab",
         "nox": "nox",
         "importlinter": "import-linter",
+        "upath": "universal-pathlib",
     }
     stdlib = set(sys.stdlib_module_names)
     local = {"course_utils", "conftest", "helpers"} | {

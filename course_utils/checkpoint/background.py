@@ -28,7 +28,6 @@ Taught in chapter 08 (section 4, asynchronous checkpoints).
 from __future__ import annotations
 
 import os
-import shutil
 import time
 import warnings
 from pathlib import Path
@@ -37,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 from course_utils.checkpoint.app_state import AppState
-from course_utils.checkpoint.folders import latest_complete, prunable
+from course_utils.checkpoint.folders import latest_complete, location, prunable, remove
 from course_utils.checkpoint.position import GlobalPositionSampler
 from course_utils.ddp.sparse_tables import BigTableModel, average_sparse_gradient
 from course_utils.runtime import compat, versions
@@ -65,6 +64,8 @@ class Checkpointer:
 
     ``group``: the process group for DCP's collectives (a gloo group of its own).
     ``keep``: complete checkpoints kept on disk (rank 0 deletes the older ones).
+    ``folder`` may be a URL (``s3://bucket/job``): DCP then writes through fsspec, and the old
+    checkpoints are deleted there (``folders.location``, ``folders.remove``).
     """
 
     def __init__(self, folder: str | os.PathLike, mode: str, group=None, keep: int = 2):
@@ -72,7 +73,7 @@ class Checkpointer:
             raise ValueError(f"mode must be 'blocking' or 'async', got {mode!r}")
         if keep < 1:
             raise ValueError(f"keep must be at least 1 (the checkpoint to resume from), got {keep}")
-        self.folder, self.mode, self.group, self.keep = Path(folder), mode, group, keep
+        self.folder, self.mode, self.group, self.keep = location(folder), mode, group, keep
         self.pending = None  # the Future of the save still being written
         self.waited: list[float] = []  # per save: seconds spent waiting for the previous one
         self.stager = None  # async: the CPU copy of the state, reused from one save to the next
@@ -127,7 +128,7 @@ class Checkpointer:
         if dist.get_rank(self.group) != 0:
             return
         for old in prunable(self.folder, self.keep):
-            shutil.rmtree(old, ignore_errors=True)
+            remove(old)
 
 
 def _reusable_stager():

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from course_utils.checkpoint import random_state, safe_load
+from course_utils.checkpoint.folders import is_url
 from course_utils.checkpoint.sharded import load_sharded, sharded_state_dict
 
 __all__ = ["job_state", "load_job", "refuse_pickles", "whole_state", "tensors_that_differ"]
@@ -57,23 +58,24 @@ def job_state(model, optimizer, progress: dict[str, int], history: list) -> dict
 
 
 def refuse_pickles(path: str | os.PathLike) -> None:
-    """Raise ``CheckpointRefused`` if the checkpoint folder ``path`` holds any value that is not a
-    tensor: this job writes none, and loading one would unpickle it."""
+    """Raise ``CheckpointRefused`` if the checkpoint folder ``path`` (or URL) holds any value that
+    is not a tensor: this job writes none, and loading one would unpickle it."""
     pickled = safe_load.non_tensor_entries(path)
     if pickled:
+        flag = "--checkpoint-url" if is_url(path) else "--checkpoint-dir"
         raise safe_load.CheckpointRefused(
             f"{path} holds {len(pickled)} pickled value(s) ({', '.join(pickled[:3])}), which this job "
             "never writes; loading them could run code, so the folder is not loaded: use a checkpoint "
-            "folder only you can write (or a new --checkpoint-dir)"
+            f"folder only you can write (or a new {flag})"
         )
 
 
 def load_job(model, optimizer, path: str | os.PathLike, seed: int = 0) -> dict[str, int]:
     """Every rank calls this: weights, optimizer state and this rank's random state from the
-    checkpoint folder ``path`` (a rank the checkpoint has no random state for, after a resize,
-    is seeded with ``seed + rank``). Returns the saved progress, plus ``"history"`` (the epoch's
-    layouts, a list of tuples) and ``"rng_restored"`` (0 or 1). Refuses a folder with pickled
-    values (``refuse_pickles``)."""
+    checkpoint folder ``path`` (or a URL, ``s3://bucket/job/step_000020``; a rank the checkpoint
+    has no random state for, after a resize, is seeded with ``seed + rank``). Returns the saved
+    progress, plus ``"history"`` (the epoch's layouts, a list of tuples) and ``"rng_restored"``
+    (0 or 1). Refuses a folder with pickled values (``refuse_pickles``)."""
     refuse_pickles(path)
     progress = load_sharded(model, optimizer, path)
     prefix = random_state.key_of(dist.get_rank())

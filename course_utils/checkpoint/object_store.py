@@ -16,7 +16,8 @@ job's checkpoint state (``checkpoint.job.job_state``: sharded tables, MLPs, Adam
 progress, random state) saved to a URL and loaded back into another model.
 
 Loading with DCP's own reader unpickles the checkpoint's ``.metadata``: read only from a bucket
-that only your jobs can write (``safe_load`` checks local folders; it does not read URLs).
+that only your jobs can write, or load with ``safe_load``, which reads URLs as data too (the
+production job does: ``train_hybrid --checkpoint-url s3://bucket/job``).
 
 Taught in chapter 08 (appendix 08a, Kubernetes).
 """

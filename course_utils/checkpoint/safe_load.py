@@ -14,6 +14,10 @@ Here a load reads only data:
   metadata is made of (its own dataclasses and enums, ``torch.Size``, dtypes, layouts, paths);
   anything else it names is refused before it is built (``CheckpointRefused``);
 * ``SafeReader``: torch's ``FileSystemReader``, reading its metadata that way;
+* ``reader_for(path)``: the reader for ``path``: ``SafeReader`` for a local folder; for a URL
+  (``s3://bucket/job/step_000010``: object storage through fsspec, appendix 08a), DCP's
+  ``FsspecReader`` reading its metadata the same way (one override, ``_AllowlistedMetadata``,
+  shared by both; ``read_metadata`` reads a URL's ``.metadata`` through fsspec);
 * ``SafePlanner``: torch's ``DefaultLoadPlanner``, reading every non-tensor value with
   ``torch.load(weights_only=True)``: ints, strings, lists and dicts of them load, objects do not;
 * ``load(state, path)``: ``dcp.load`` with both.
@@ -29,18 +33,28 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
+import functools
 import io
 import os
 import pathlib
 import pickle
-from pathlib import Path
 
 import torch
 import torch.serialization
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
-__all__ = ["CheckpointRefused", "read_metadata", "non_tensor_entries", "SafeReader", "SafePlanner", "load"]
+from course_utils.checkpoint.folders import is_url, location
+
+__all__ = [
+    "CheckpointRefused",
+    "read_metadata",
+    "non_tensor_entries",
+    "SafeReader",
+    "reader_for",
+    "SafePlanner",
+    "load",
+]
 
 
 class CheckpointRefused(ValueError):
@@ -53,7 +67,7 @@ _PATHS = {"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath", "Path"
 class _MetadataUnpickler(pickle.Unpickler):
     """Builds only the classes a DCP ``.metadata`` is made of; refuses any other global."""
 
-    def __init__(self, data: bytes, path: Path):
+    def __init__(self, data: bytes, path):
         super().__init__(io.BytesIO(data))
         self.path = path
 
@@ -85,11 +99,12 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 def read_metadata(path: str | os.PathLike):
     """The ``Metadata`` of the DCP folder ``path`` (what each entry is: ``state_dict_metadata``),
-    unpickled safely. Raises ``FileNotFoundError`` if it has no ``.metadata`` (an incomplete save)
-    and ``CheckpointRefused`` if it names anything but DCP's metadata classes."""
-    file = Path(path) / ".metadata"
+    unpickled safely; ``path`` may be a URL (its ``.metadata`` read through fsspec). Raises
+    ``FileNotFoundError`` if it has no ``.metadata`` (an incomplete save) and ``CheckpointRefused``
+    if it names anything but DCP's metadata classes."""
+    folder = location(path)  # a local folder: a pathlib.Path; a URL: a UPath
     try:
-        return _MetadataUnpickler(file.read_bytes(), Path(path)).load()
+        return _MetadataUnpickler((folder / ".metadata").read_bytes(), folder).load()
     except CheckpointRefused:
         raise
     except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError) as exc:
@@ -106,8 +121,9 @@ def non_tensor_entries(path: str | os.PathLike) -> list[str]:
     return sorted(k for k, meta in saved.items() if isinstance(meta, BytesStorageMetadata))
 
 
-class SafeReader(FileSystemReader):
-    """``FileSystemReader`` that unpickles ``.metadata`` with ``read_metadata``'s allowlist."""
+class _AllowlistedMetadata:
+    """A DCP reader's ``read_metadata``, unpickling ``.metadata`` with the module's
+    ``read_metadata`` (the allowlist); mixed into ``SafeReader`` and the fsspec reader."""
 
     def read_metadata(self, *args, **kwargs):
         if kwargs.get("rank") is not None:  # a rank's own metadata: the course never writes one
@@ -120,6 +136,28 @@ class SafeReader(FileSystemReader):
         if hasattr(self, "load_id"):
             metadata.storage_meta.load_id = self.load_id
         return metadata
+
+
+class SafeReader(_AllowlistedMetadata, FileSystemReader):
+    """``FileSystemReader`` that unpickles ``.metadata`` with ``read_metadata``'s allowlist."""
+
+
+@functools.cache
+def _safe_fsspec_reader():
+    """``SafeReader``'s twin for URLs, made on first use: DCP's ``FsspecReader`` needs fsspec,
+    which only the course's kubernetes extra installs."""
+    from course_utils.runtime import compat
+
+    class SafeFsspecReader(_AllowlistedMetadata, compat.fsspec_reader_class()):
+        """DCP's ``FsspecReader`` that unpickles ``.metadata`` with ``read_metadata``'s allowlist."""
+
+    return SafeFsspecReader
+
+
+def reader_for(path: str | os.PathLike):
+    """The safe DCP reader of the checkpoint ``path``: ``SafeReader`` for a local folder, a safe
+    ``FsspecReader`` for a URL (``s3://bucket/job/step_000010``)."""
+    return _safe_fsspec_reader()(str(path)) if is_url(path) else SafeReader(str(path))
 
 
 class SafePlanner(DefaultLoadPlanner):
@@ -142,16 +180,14 @@ class SafePlanner(DefaultLoadPlanner):
 
 
 def load(state: dict, path: str | os.PathLike, process_group=None) -> None:
-    """``dcp.load(state, ...)`` from the folder ``path``, reading only data (see the module's
+    """``dcp.load(state, ...)`` from the folder (or URL) ``path``, reading only data (see the module's
     docstring). The metadata is checked first, on every rank, so that a refusal names the folder."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
     read_metadata(path)
     try:
-        dcp.load(
-            state, storage_reader=SafeReader(str(path)), planner=SafePlanner(), process_group=process_group
-        )
+        dcp.load(state, storage_reader=reader_for(path), planner=SafePlanner(), process_group=process_group)
     except CheckpointException as exc:  # DCP gathers every rank's failure: a refusal is the one to say
         for failure in exc.failures.values():
             failure = failure[0] if isinstance(failure, tuple) else failure

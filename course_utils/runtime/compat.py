@@ -18,6 +18,8 @@ The differences between torch versions that public APIs absorb are in ``versions
   the modeled cluster's clock needs to price every operator a rank runs (the dispatch mode it
   derives from, an operator's signature, which memory a tensor lives in, and whether autograd's
   backward pass is running);
+* ``fsspec_reader_class()``: DCP's reader of a checkpoint at a URL (``s3://...``), which the
+  course's safe loader derives from;
 * ``WORK_BASE``, ``register_cpu_backend(group, backend)``, ``backend_all_gather_into_tensor``,
   ``backend_reduce_scatter_tensor``: a process group written in Python (the modeled cluster's), its ``Work``
   handles, the gloo group its unmodelled calls go to, and that group's flat-tensor collectives.
@@ -54,6 +56,7 @@ __all__ = [
     "in_autograd_backward",
     "op_schema",
     "DISPATCH_MODE_BASE",
+    "fsspec_reader_class",
 ]
 
 
@@ -270,3 +273,15 @@ def op_schema(op):
     ``"aten::addmm"``, its ``arguments`` with which ones it writes): ``OpOverload._schema``, the
     attribute torch's own FLOP counter and dispatch modes read (every supported torch)."""
     return op._schema
+
+
+def fsspec_reader_class():
+    """DCP's reader of a checkpoint at a URL (``s3://bucket/job/step_000010``: any file system
+    fsspec knows), the one ``dcp.load`` picks by itself for such a ``checkpoint_id``:
+    ``FsspecReader``, of the private module ``torch.distributed.checkpoint._fsspec_filesystem``
+    (the same class there in torch 2.9.1 to 2.15; ``torch.distributed.checkpoint`` exports
+    ``FileSystemReader`` but not it). ``checkpoint.safe_load`` derives its URL reader from it, to
+    read ``.metadata`` with an allowlist. Importing it needs fsspec (the kubernetes extra)."""
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+    return FsspecReader

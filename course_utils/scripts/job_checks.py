@@ -1,8 +1,9 @@
 """What the production job checks before it trains: each problem in one line, with its fix.
 
 Bad input to a torchrun job used to end in one traceback per rank plus torchrun's failure block.
-``train_hybrid`` checks its arguments, its launcher, its data and its checkpoint folder first
-and raises ``JobInputError``: one line naming what is wrong and how to fix it. Every rank runs
+``train_hybrid`` checks its arguments, its launcher, its data and its checkpoint folder (or
+``--checkpoint-url``: a scheme fsspec knows, a bucket that exists) first and raises
+``JobInputError``: one line naming what is wrong and how to fix it. Every rank runs
 the same checks on the same arguments and files, so every rank reaches the same verdict with no
 collective; rank 0 alone prints it (``report``), every rank exits with code 2, and torchrun's
 summary names the error (the script's ``main`` is wrapped in torch's ``@record``).
@@ -26,6 +27,8 @@ __all__ = [
     "check_parquet",
     "check_data",
     "check_checkpoint_dir",
+    "check_checkpoint_url",
+    "checkpoint_flag",
     "check_checkpoint_matches",
     "report",
     "EXIT_CODE",
@@ -155,19 +158,70 @@ def check_checkpoint_dir(folder: Path) -> None:
         )
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def check_checkpoint_url(url: str | None) -> None:
+    """``--checkpoint-url``, when given, is a URL that fsspec can reach: a scheme it knows, with its
+    package installed (s3fs for ``s3://``), and on a store of buckets (S3, GCS, Azure) a bucket that
+    exists and these credentials can see (the job creates none)."""
+    if url is None:
+        return
+    from course_utils.checkpoint.folders import is_url
+
+    if not is_url(url):
+        raise JobInputError(
+            f"--checkpoint-url {url} is not a URL; pass one such as s3://bucket/job "
+            "(or leave it out: the checkpoints then go to --checkpoint-dir)"
+        )
+    try:
+        import fsspec
+        import upath  # noqa: F401  (universal_pathlib: how the job lists the checkpoints there)
+
+        fs, root = fsspec.url_to_fs(url)
+    except ImportError as exc:
+        raise JobInputError(
+            f"--checkpoint-url {url}: {_one_line(exc)}; install the course's kubernetes extra "
+            "(pip install -r requirements.txt)"
+        ) from None
+    except ValueError as exc:  # fsspec: "Protocol not known: nosuch"
+        raise JobInputError(
+            f"--checkpoint-url {url}: {_one_line(exc)}; pass a URL fsspec knows, such as s3://bucket/job"
+        ) from None
+    bucket = fs.split_path(root)[0] if hasattr(fs, "split_path") else None  # object stores only
+    try:
+        exists = bucket is None or fs.exists(bucket)
+    except Exception as exc:  # the store's own errors: no credentials, no connection, ...
+        raise JobInputError(f"--checkpoint-url {url}: {type(exc).__name__}: {_one_line(exc)}") from None
+    if not exists:
+        raise JobInputError(
+            f"--checkpoint-url {url}: the bucket {bucket!r} does not exist or these credentials cannot "
+            "see it; create it first, or pass another URL"
+        )
+
+
+def checkpoint_flag(folder) -> str:
+    """The option that named ``folder``: ``--checkpoint-url`` for a URL, ``--checkpoint-dir`` else."""
+    from course_utils.checkpoint.folders import is_url
+
+    return "--checkpoint-url" if is_url(folder) else "--checkpoint-dir"
+
+
 def check_checkpoint_matches(folder: Path, cardinalities, embedding_dim: int) -> None:
-    """The newest complete checkpoint in ``folder`` (if any) is safe to load (no pickled values,
-    no foreign ``.metadata``) and has this job's tables."""
+    """The newest complete checkpoint in ``folder`` (a local folder or a URL; if any) is safe to
+    load (no pickled values, no foreign ``.metadata``) and has this job's tables."""
     from course_utils.checkpoint import job, latest_complete, safe_load
 
     newest = latest_complete(folder)
     if newest is None:
         return
+    flag = checkpoint_flag(folder)
     try:
         job.refuse_pickles(newest)
         saved = safe_load.read_metadata(newest).state_dict_metadata
     except safe_load.CheckpointRefused as exc:
-        raise JobInputError(f"--checkpoint-dir: {exc}") from None
+        raise JobInputError(f"{flag}: {exc}") from None
     tables = {
         int(k[len(TABLE) :]): int(m.size[0])
         for k, m in saved.items()
@@ -178,8 +232,8 @@ def check_checkpoint_matches(folder: Path, cardinalities, embedding_dim: int) ->
     if first is not None or dims - {embedding_dim}:
         table, there, here = first or (0, f"width {sorted(dims)[0]}", f"width {embedding_dim}")
         raise JobInputError(
-            f"--checkpoint-dir {folder} holds checkpoints of another job ({newest.name}: table {table} "
-            f"{there}; this job's data: {here}); pass a new --checkpoint-dir, or the data it was trained on"
+            f"{flag} {folder} holds checkpoints of another job ({newest.name}: table {table} "
+            f"{there}; this job's data: {here}); pass a new {flag}, or the data it was trained on"
         )
 
 

@@ -40,8 +40,9 @@ class StopFlag:
         return self.why is not None
 
 
-def where_to_resume(out: Path, rank: int) -> Path | None:
-    """The newest complete checkpoint in ``out``; rank 0 says which, and which newer ones it skips."""
+def where_to_resume(out: Path | str, rank: int) -> Path | None:
+    """The newest complete checkpoint in ``out`` (a local folder: a ``Path``; a URL,
+    ``--checkpoint-url``: a ``UPath``); rank 0 says which, and which newer ones it skips."""
     from course_utils.checkpoint import checkpoints, step_of
 
     done, unfinished = checkpoints(out)

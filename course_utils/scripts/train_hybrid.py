@@ -13,6 +13,10 @@ Every rank:
 * every ``--checkpoint-every`` steps starts an asynchronous DCP save into ``DIR/step_<N>``
   (``checkpoint.Checkpointer``): the sharded tables, the MLPs, Adam's state, the step, the data
   position and every rank's random state, all as tensors (``checkpoint.job``);
+* with ``--checkpoint-url URL`` (``s3://bucket/job``), writes, lists, prunes and resumes those
+  checkpoints at ``URL/step_<N>`` instead, through DCP's fsspec storage (``checkpoint.folders``:
+  ``UPath``); ``DIR`` keeps the events, attempts and synthetic data; a URL fsspec cannot reach
+  (unknown scheme, missing bucket) is bad input;
 * trains the tables with Adam, as the MLPs (the default), or with ``--table-optimizer adagrad``
   (``sharding.table_optimizer``), under which a row no id looked up does not change;
 * at start-up resumes from the newest complete checkpoint (ordered by step), if any, written by
@@ -83,6 +87,7 @@ def parse(argv: list[str] | None = None):
     parser.add_argument("--test-data", type=Path, help="test parquet file (needed with --data)")
     parser.add_argument("--synthetic-rows", type=int, default=65_536, help="training rows when no --data")
     parser.add_argument("--checkpoint-dir", type=Path, required=True, help="checkpoints, events, data")
+    parser.add_argument("--checkpoint-url", help="checkpoints in object storage (s3://bucket/job) instead")
     parser.add_argument("--checkpoint-every", type=int, default=10, help="steps between checkpoints")
     parser.add_argument("--lr", type=float, default=1e-2, help="Adam's learning rate")
     parser.add_argument("--table-optimizer", choices=["adam", "adagrad"], default="adam", help="the tables'")
@@ -99,6 +104,7 @@ def parse(argv: list[str] | None = None):
         "rendezvous-host: the ranks whose agent hosts the c10d rendezvous store do",
     )
     args = parser.parse_args(argv)
+    args.checkpoints = args.checkpoint_url or args.checkpoint_dir  # where the step_<N> checkpoints are
     if args.data is not None and args.test_data is None:
         parser.error("--data needs --test-data too (a parquet file of held-out rows)")
     for name in ("steps", "batch_size", "checkpoint_every", "log_every"):
@@ -150,7 +156,7 @@ def _data(args, out: Path, rank: int, world: int):
     )
     config = DLRMConfig(cardinalities=data.parquet_info(train_path)["cardinalities"])
     if args.data is None:  # the data exists now: the checkpoints must be of this job
-        job_checks.check_checkpoint_matches(out, config.cardinalities, config.embedding_dim)
+        job_checks.check_checkpoint_matches(args.checkpoints, config.cardinalities, config.embedding_dim)
     loader = data.ParquetBatches(train_path, args.batch_size // world, rank, world, seed=args.seed)
     return config, loader, data.read_parquet(test_path, rank, world)
 
@@ -164,7 +170,7 @@ def _resume(args, model, optimizer, attempt: int) -> tuple[int, int, list]:
 
     out, rank, world = args.checkpoint_dir, dist.get_rank(), dist.get_world_size()
     step, epoch, history = 0, 0, []
-    resume_from = where_to_resume(out, rank)
+    resume_from = where_to_resume(args.checkpoints, rank)
     if resume_from is not None:
         progress = job.load_job(model, optimizer, resume_from, seed=args.seed)
         step, epoch, history = progress["step"], progress["epoch"], progress["history"]
@@ -202,7 +208,7 @@ def train(args, stop: StopFlag) -> dict:
     random_state.seed_all(args.seed + rank)
     model = HybridDLRM(config, args.sharding, seed=args.seed)
     optimizer = hybrid_optimizer(model, args.table_optimizer, args.lr, args.table_lr)
-    checkpointer = Checkpointer(out, "async", group=dist.new_group(backend="gloo"), keep=2)
+    checkpointer = Checkpointer(args.checkpoints, "async", group=dist.new_group(backend="gloo"), keep=2)
 
     # steps in all; the epoch, the layouts that worked on it before this one, and this one's batches
     step, epoch, history = _resume(args, model, optimizer, attempt)
@@ -243,10 +249,10 @@ def train(args, stop: StopFlag) -> dict:
         else:  # the epoch ran out
             epoch, history, done = epoch + 1, [], 0
     checkpointer.close()  # the last save is complete on disk before anyone reports or exits
-    return _report(out, attempt, step, model, test, stop if stopped else None)
+    return _report(out, attempt, step, model, test, stop if stopped else None, args.checkpoint_url)
 
 
-def _report(out: Path, attempt: int, step: int, model, test, stop: StopFlag | None) -> dict:
+def _report(out: Path, attempt: int, step: int, model, test, stop: StopFlag | None, url=None) -> dict:
     """The job's end, logged and said by rank 0: stopped (``stop``: what asked, then no AUC), or
     finished with its test AUC and parameters' hash. Returns ``{"step", "auc", "sha256"}``."""
     import torch.distributed as dist
@@ -260,7 +266,8 @@ def _report(out: Path, attempt: int, step: int, model, test, stop: StopFlag | No
         log_event(out, attempt=attempt, rank=rank, event="stopped", step=step, why=stop.why)
         if rank == 0:
             why = stop.why or "another rank's stop request"
-            print(f"stopped by {why} after step {step}; checkpoint {out.name}/step_{step:06d}", flush=True)
+            where = url.rstrip("/") if url else out.name
+            print(f"stopped by {why} after step {step}; checkpoint {where}/step_{step:06d}", flush=True)
         return {"step": step, "auc": None, "sha256": None}
     test_auc = distributed_auc(test.label, predict_own_rows(model, test))
     digest = state_sha256(model)
@@ -280,12 +287,13 @@ def check_inputs(args) -> None:
     job_checks.check_cluster_env()
     job_checks.check_batch(args, world)
     job_checks.check_checkpoint_dir(args.checkpoint_dir)
-    job_optimizer.check_checkpoint_optimizer(args.checkpoint_dir, args.table_optimizer)
+    job_checks.check_checkpoint_url(args.checkpoint_url)
+    job_optimizer.check_checkpoint_optimizer(args.checkpoints, args.table_optimizer)
     given = job_checks.check_data(args, world)
     if given is not None:
         train_info, _ = given
         dim = DLRMConfig(train_info["cardinalities"]).embedding_dim
-        job_checks.check_checkpoint_matches(args.checkpoint_dir, train_info["cardinalities"], dim)
+        job_checks.check_checkpoint_matches(args.checkpoints, train_info["cardinalities"], dim)
 
 
 def main(argv: list[str] | None = None) -> None:
