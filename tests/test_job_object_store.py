@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_utils.checkpoint import checkpoints, folders, latest_complete, object_store
+from course_utils.checkpoint import checkpoints, folders, latest_complete, object_store, step_of
 from course_utils.checkpoint.folders import prunable
 from course_utils.runtime import elastic_run
 from course_utils.scripts import train_hybrid
@@ -31,7 +31,7 @@ def _forget_file_systems() -> None:
     the endpoint of its time: each local_s3 (a new port) starts and ends without them."""
     import fsspec
 
-    fsspec.filesystem("s3").clear_instance_cache()
+    fsspec.get_filesystem_class("s3").clear_instance_cache()
 
 
 @pytest.fixture(scope="module")
@@ -90,12 +90,13 @@ def test_step_folders_at_a_url_are_listed_ordered_and_pruned_as_in_a_local_folde
     assert str(latest_complete(url)) == f"{url}/step_1000000"
     assert checkpoints(f"{bucket}/nothing_yet") == ([], [])
 
-    # another writer (another process, as another rank is) completes step 10: seen at once
+    # another writer (another process, as another rank is) completes step 10 and writes step 11:
+    # seen at once (a cached listing of the folder would miss step_000011)
     import fsspec
 
     other, _ = fsspec.url_to_fs(url, skip_instance_cache=True)
-    other.pipe(f"{url}/step_000010/.metadata", b"")
-    assert [p.name for p in checkpoints(url)[0]] == ["step_000009", "step_000010", "step_1000000"]
+    other.pipe({f"{url}/step_{s:06d}/.metadata": b"" for s in (10, 11)})
+    assert [step_of(p) for p in checkpoints(url)[0]] == [9, 10, 11, 1_000_000]
     for old in prunable(url, keep=1):
         folders.remove(old)
     assert sorted(object_store.objects(url)) == [
