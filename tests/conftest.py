@@ -1,6 +1,7 @@
 """Fixtures shared by the test files (with tests/helpers/: no test file imports another)."""
 
 import gc
+import signal
 
 import matplotlib
 import pytest
@@ -41,3 +42,33 @@ def no_garbage_before_fork():
     with ``pytest.mark.usefixtures("no_garbage_before_fork")`` (test_ddp.py, test_ddp_data.py,
     test_loaders.py)."""
     gc.collect()
+
+
+@pytest.fixture
+def job_main(monkeypatch):
+    """``train_hybrid.main`` in this process, as rank ``rank`` of 2 under torchrun:
+    ``run(argv, rank=0)`` returns its exit code (what it printed: ``capsys``). The job's input
+    checks come before its process group; one that lets the input through fails the test."""
+    from course_utils.scripts import train_hybrid
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def checks_let_it_through(*args, **kwargs):
+        raise AssertionError("the job went on to start its process group: no check refused this input")
+
+    monkeypatch.setattr(torch.distributed, "init_process_group", checks_let_it_through)
+
+    def run(argv: list[str], rank: int = 0) -> int:
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        monkeypatch.setenv("MASTER_PORT", "29999")  # never reached: the checks come first
+        try:
+            with pytest.raises(SystemExit) as exit_:
+                train_hybrid.main(argv)
+        finally:
+            for sig, handler in handlers.items():  # main() installs the job's stop handlers
+                signal.signal(sig, handler)
+        return exit_.value.code
+
+    return run

@@ -10,7 +10,6 @@ import gzip
 import os
 import pickle
 import shutil
-import signal
 import subprocess
 import sys
 import warnings
@@ -23,7 +22,6 @@ import torch
 
 from course_utils.checkpoint import safe_load
 from course_utils.runtime import elastic_run, runner, stderr_report
-from course_utils.scripts import train_hybrid
 from course_utils.workload import data
 
 pytestmark = pytest.mark.chapter(8)
@@ -181,32 +179,6 @@ BAD_INPUTS = [
         "Path.touch, which DCP's metadata never holds",  # pathlib._local.Path on Python 3.13
     ),
 ]
-
-
-@pytest.fixture
-def job_main(monkeypatch, tmp_path):
-    """``train_hybrid.main`` as rank ``rank`` of 2 under torchrun: ``(exit code, stderr lines)``."""
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def checks_let_it_through(*args, **kwargs):
-        raise AssertionError("the job went on to start its process group: no check refused this input")
-
-    monkeypatch.setattr(torch.distributed, "init_process_group", checks_let_it_through)
-
-    def run(argv: list[str], rank: int = 0):
-        monkeypatch.setenv("RANK", str(rank))
-        monkeypatch.setenv("WORLD_SIZE", "2")
-        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-        monkeypatch.setenv("MASTER_PORT", "29999")  # never reached: the checks come first
-        try:
-            with pytest.raises(SystemExit) as exit_:
-                train_hybrid.main(argv)
-        finally:
-            for sig, handler in handlers.items():  # main() installs the job's stop handlers
-                signal.signal(sig, handler)
-        return exit_.value.code
-
-    return run
 
 
 def _argv(spec: str, files: Path, checkpoints: Path, tmp_path: Path) -> list[str]:

@@ -8,7 +8,6 @@ one line before training."""
 from __future__ import annotations
 
 import pickle
-import signal
 import warnings
 from pathlib import Path
 
@@ -18,7 +17,6 @@ import torch
 from course_utils.checkpoint import checkpoints, folders, latest_complete, object_store, step_of
 from course_utils.checkpoint.folders import prunable
 from course_utils.runtime import elastic_run
-from course_utils.scripts import train_hybrid
 from course_utils.workload import data
 
 pytestmark = [pytest.mark.chapter(8), pytest.mark.launches]
@@ -133,31 +131,6 @@ class _Canary:
 
     def __reduce__(self):
         return (Path.touch, (Path(self.path),))
-
-
-@pytest.fixture
-def job_main(monkeypatch):
-    """``train_hybrid.main`` as rank 0 of 2 under torchrun, in this process: ``(exit code, stderr)``.
-    The checks come before any process group; one that lets the input through fails the test."""
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def checks_let_it_through(*args, **kwargs):
-        raise AssertionError("the job went on to start its process group: no check refused this input")
-
-    monkeypatch.setattr(torch.distributed, "init_process_group", checks_let_it_through)
-    for name, value in dict(RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="29999").items():
-        monkeypatch.setenv(name, value)
-
-    def run(argv: list[str]) -> int:
-        try:
-            with pytest.raises(SystemExit) as exit_:
-                train_hybrid.main(argv)
-        finally:
-            for sig, handler in handlers.items():  # main() installs the job's stop handlers
-                signal.signal(sig, handler)
-        return exit_.value.code
-
-    return run
 
 
 def _one_line(code: int, capsys) -> str:
