@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 __all__ = ["step_of", "checkpoints", "latest_complete", "prunable", "is_url", "location", "remove"]
 
@@ -48,7 +48,7 @@ def location(folder):
 
 def step_of(path) -> int | None:
     """The step of a checkpoint folder named ``step_<digits>``, or None for any other name."""
-    name = location(path).name
+    name = PurePosixPath(str(path)).name  # a Path, a UPath or a URL string: its last part
     return int(name[5:]) if name.startswith("step_") and name[5:].isdigit() else None
 
 
