@@ -256,6 +256,27 @@ def test_under_torchrun_rank_0_says_it_once_and_torchruns_summary_names_it(tmp_p
     assert f"JobInputError: {said}" in root_cause and "exitcode  : 2" in root_cause  # @record named it
 
 
+LATE_RANK_0 = """import os, runpy, time
+if os.environ["RANK"] == "0":
+    time.sleep({seconds})  # as a rank on a busy machine, still importing when the others are done
+runpy.run_module("course_utils.scripts.train_hybrid", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.launches
+def test_rank_0_still_says_it_when_the_other_ranks_found_it_long_before(tmp_path, monkeypatch):
+    """The other ranks wait for rank 0 (torchrun would stop a late rank 0 before it says anything)."""
+    (tmp_path / "late").mkdir()
+    (tmp_path / "late" / "train_hybrid_late_rank_0.py").write_text(LATE_RANK_0.format(seconds=8))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path / "late"), *sys.path]))
+    job = {**JOB, "module": "train_hybrid_late_rank_0"}
+    with pytest.raises(runner.LauncherError) as error:
+        elastic_run.run_elastic(tmp_path / "out", script_args=["--steps", 2, "--batch-size", 511], **job)
+    said = "--batch-size 511 (rows per step over all ranks) cannot be split equally over 2 ranks"
+    assert error.value.stderr.count(f"train_hybrid: {said}") == 1
+    assert f"JobInputError: {said}" in error.value.stderr.split("Root Cause")[1]
+
+
 @pytest.mark.launches
 def test_a_folder_of_another_synthetic_job_is_refused_once_its_data_is_known(tmp_path):
     """Found after the process group started (the job writes its synthetic data first): still one line."""

@@ -5,8 +5,10 @@ Bad input to a torchrun job used to end in one traceback per rank plus torchrun'
 ``--checkpoint-url``: a scheme fsspec knows, a bucket that exists) first and raises
 ``JobInputError``: one line naming what is wrong and how to fix it. Every rank runs
 the same checks on the same arguments and files, so every rank reaches the same verdict with no
-collective; rank 0 alone prints it (``report``), every rank exits with code 2, and torchrun's
-summary names the error (the script's ``main`` is wrapped in torch's ``@record``).
+collective; rank 0 alone prints it (``report_and_exit``), every rank exits with code 2, and
+torchrun's summary names the error (the script's ``main`` is wrapped in torch's ``@record``).
+The other ranks leave after rank 0: torchrun stops every rank once one has ended with an error,
+and a rank 0 still starting up would be stopped before it said anything.
 
 Taught in chapter 08 (section 5, the production job).
 """
@@ -16,7 +18,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
+from typing import NoReturn
 
 __all__ = [
     "JobInputError",
@@ -30,11 +34,13 @@ __all__ = [
     "check_checkpoint_url",
     "checkpoint_flag",
     "check_checkpoint_matches",
-    "report",
+    "report_and_exit",
     "EXIT_CODE",
+    "WAIT_FOR_RANK_0_S",
 ]
 
 EXIT_CODE = 2  # what argparse and shells use for a command used wrongly
+WAIT_FOR_RANK_0_S = 60.0  # the longest another rank waits for rank 0 to say it and end
 TABLE = "model/embeddings.table"  # a checkpoint's entry for table t: TABLE + str(t)
 TORCHRUN = "torchrun --standalone --nproc-per-node 2 -m course_utils.scripts.train_hybrid"
 
@@ -248,11 +254,20 @@ def _first_difference(a, b) -> tuple[int, str, str] | None:
     return None
 
 
-def report(error: Exception, rank: int) -> None:
-    """Rank 0 prints the one line; torchrun's error file gets it from every rank (``@record``'s
-    error handler), so that torchrun's summary names it."""
+def report_and_exit(error: Exception, rank: int, stop) -> NoReturn:
+    """Rank 0 prints the one line; every rank records it in torchrun's error file (``@record``'s
+    error handler, so that torchrun's summary names it) and exits with code 2.
+
+    The other ranks first wait for rank 0 to end: until torchrun stops them (``stop``, the job's
+    ``StopFlag``, set by its SIGTERM) or ``WAIT_FOR_RANK_0_S`` have passed. A rank that ended at
+    once would make torchrun stop all the others, and a rank 0 still importing on a busy machine
+    would be stopped before it had said anything."""
     from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
     if rank == 0:
         print(f"train_hybrid: {error}", file=sys.stderr, flush=True)
     get_error_handler().record_exception(error)
+    deadline = time.monotonic() + WAIT_FOR_RANK_0_S
+    while rank != 0 and not stop.requested and time.monotonic() < deadline:
+        time.sleep(0.05)
+    raise SystemExit(EXIT_CODE)

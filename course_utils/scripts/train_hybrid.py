@@ -305,8 +305,7 @@ def main(argv: list[str] | None = None) -> None:
         args = parse(argv)
         check_inputs(args)
     except job_checks.JobInputError as error:
-        job_checks.report(error, rank)
-        raise SystemExit(job_checks.EXIT_CODE) from None
+        job_checks.report_and_exit(error, rank, stop)
     import torch.distributed as dist
 
     from course_utils.runtime import cluster
@@ -317,8 +316,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         train(args, stop)
     except job_checks.JobInputError as error:  # found once the data was there: every rank finds it
-        job_checks.report(error, rank)
-        raise SystemExit(job_checks.EXIT_CODE) from None
+        job_checks.report_and_exit(error, rank, stop)
     finally:
         dist.destroy_process_group()
 
