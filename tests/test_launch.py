@@ -332,6 +332,73 @@ def test_a_result_that_cannot_be_sent_back_is_named(tmp_path):
     _assert_all_gone(tmp_path, 2)
 
 
+def large_result():
+    return torch.full((4 * 2**20,), float(dist.get_rank()))  # 16 MB: far more than a pipe holds
+
+
+def test_a_large_result_comes_back_in_a_file_and_torchs_queue_carries_none(monkeypatch):
+    """A rank stopped half way through putting a large result in the engine's return queue would
+    leave the engine waiting forever for the rest: the queue must carry nothing of size."""
+    from course_utils.runtime.launcher import api
+
+    queued, engine = [], api.elastic_launch
+
+    def recording(config, entrypoint):
+        run = engine(config, entrypoint)
+        return lambda *args: queued.append(run(*args)) or queued[-1]
+
+    monkeypatch.setattr(api, "elastic_launch", recording)
+    results = launch(large_result, world_size=2, timeout=60)
+    assert queued == [{0: None, 1: None}]
+    assert [r.shape[0] for r in results] == [4 * 2**20] * 2 and [r[-1].item() for r in results] == [0.0, 1.0]
+
+
+KILLED_WHILE_SENDING = """
+import os, signal, sys, threading, time
+import torch
+import torch.distributed as dist
+from course_utils import launch
+from course_utils.runtime.launcher import RankFailedError
+
+
+def killed_soon_after_returning(delay):
+    if dist.get_rank() == 1:
+        kill = lambda: (time.sleep(delay), os.kill(os.getpid(), signal.SIGKILL))
+        threading.Thread(target=kill, daemon=True).start()
+    return torch.ones(16 * 2**20)  # 64 MB
+
+
+for delay in (0.1, 0.15, 0.2, 0.25, 0.3, 0.4):
+    try:
+        launch(killed_soon_after_returning, delay, world_size=2, timeout=20, show_output=False)
+    except RankFailedError as error:
+        assert error.rank == 1, error
+print("every launch ended")
+"""
+
+
+def test_a_rank_killed_while_it_sends_a_large_result_leaves_no_launch_waiting(tmp_path):
+    """Whenever after returning a rank is killed (by a timeout's stop, say), the launch ends; before
+    results went back in files, a kill about 0.2 s in left it waiting forever in the engine."""
+    script = tmp_path / "killed_while_sending.py"
+    script.write_text(KILLED_WHILE_SENDING)
+    with subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,  # its ranks too are stopped below, if it waits
+    ) as done:
+        try:
+            out, err = done.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(done.pid, signal.SIGKILL)
+            done.communicate()
+            pytest.fail("a launch was still waiting for a killed rank's result after 120 s")
+    assert done.returncode == 0 and "every launch ended" in out, err[-3000:]
+
+
 def test_a_platform_without_posix_signals_is_refused_with_the_way_out(monkeypatch):
     """Native Windows has no SIGKILL, SIGHUP or SIGQUIT: a clear error, not an AttributeError."""
     monkeypatch.delattr(signal, "SIGHUP")

@@ -62,7 +62,7 @@ from course_utils.runtime.launcher.output import (
     restore,
     show_rank_output,
 )
-from course_utils.runtime.launcher.rank_entry import RankSpec, finished, run_rank, to_rank_gpu
+from course_utils.runtime.launcher.rank_entry import RankSpec, finished, read_result, run_rank, to_rank_gpu
 
 __all__ = ["launch", "LaunchError", "LaunchTimeoutError", "RankFailedError"]
 
@@ -233,7 +233,7 @@ def launch(
             watchdog.start()
             error = None
             try:
-                results = elastic_launch(config, run_rank)(payload, spec)
+                elastic_launch(config, run_rank)(payload, spec)
             except ChildFailedError as exc:
                 if timed_out.is_set():
                     unfinished = [r for r in range(world_size) if not finished(run_dir, r)]
@@ -248,7 +248,7 @@ def launch(
             # Raised here, outside the except blocks, so that the error does not keep the
             # agent's traceback (and its store, sockets and threads) alive as its context.
             raise error
-        return [pickle.loads(results[rank]) for rank in range(world_size)]
+        return [read_result(run_dir, rank) for rank in range(world_size)]
     finally:
         watchdog.cancel()
         # the agent has returned: no rank should be running; stop what is, and what they started

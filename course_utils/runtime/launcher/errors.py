@@ -124,14 +124,14 @@ def diagnose_failure(
     if not silent and raised:  # every failure was a lost connection: report the first
         rank = first(raised)
         return RankFailedError(rank, *raised[rank])
-    if not silent:  # every function returned; a process failed afterwards, sending its result back
+    if reported_rank not in raised and finished(run_dir, reported_rank):
+        # its function returned and left its result; the process then died: nothing of a peer's
+        # made it die (a finished rank only waits for the others, then leaves its group)
         return RankFailedError(
             reported_rank,
-            "ResultNotSent",
-            f"rank {reported_rank}'s function returned, but its process exited with code {failure.exitcode} "
-            "while sending the result back to the launcher, usually because the result cannot be pickled: "
-            "return tensors (on the CPU), numbers, strings, lists or dicts of them, not locks, generators, "
-            "modules holding process groups or open files",
+            "ProcessExit",
+            f"rank {reported_rank}'s function returned, but its process then {_how(failure.exitcode)} "
+            "(while waiting for the other ranks to return, or leaving its process group)",
             "(the launcher reported:)\n" + "\n".join(notes[-10:]),
         )
     rank = reported_rank if reported_rank in silent else silent[0]
@@ -139,14 +139,7 @@ def diagnose_failure(
     said = stderr_tail(run_dir, rank)
     if code is None:  # the engine reported a peer first; faulthandler's line still names the signal
         code = signal_from_stderr(said)
-    how = (
-        "was killed by a signal or crashed"
-        if code is None
-        else f"was killed by signal {signal.Signals(-code).name}"
-        if code < 0
-        else f"exited with code {code}"
-    )
-    message = f"the process {how} without a Python exception"
+    message = f"the process {_how(code)} without a Python exception"
     if raised:
         message += f"; rank(s) {sorted(raised)} then lost their connection to it"
     return RankFailedError(
@@ -157,6 +150,15 @@ def diagnose_failure(
         + "(the launcher reported:)\n"
         + "\n".join(notes[-10:]),
     )
+
+
+def _how(code: int | None) -> str:
+    """How a process ended, from its exit code (minus the signal number when a signal ended it)."""
+    if code is None:
+        return "was killed by a signal or crashed"
+    if code < 0:
+        return f"was killed by signal {signal.Signals(-code).name}"
+    return f"exited with code {code}"
 
 
 # C++'s std::terminate, glibc's heap checks ("malloc(): unaligned tcache chunk detected",

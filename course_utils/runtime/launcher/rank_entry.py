@@ -5,8 +5,12 @@ WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, and sends file
 descriptors 1 and 2 to this rank's log files. ``run_rank`` then prepares the
 rank (signals, threads, device, process group), calls the user's function and
 leaves small marker files in ``run_dir`` that the parent reads:
-``rank<r>.pid`` (started), ``rank<r>.done`` (returned), ``rank<r>.error``
-(the user's traceback).
+``rank<r>.pid`` (started), ``rank<r>.result`` (what the function returned, pickled),
+``rank<r>.done`` (returned), ``rank<r>.error`` (the user's traceback).
+
+The result goes back in a file, not through the engine's return queue: a rank stopped half way
+through putting a large result in that queue (the launch's timeout stops every rank) would leave
+the engine waiting forever for the rest of it.
 
 Taught in chapter 00 (appendix 00a, section 3: ``run_rank``).
 """
@@ -43,7 +47,7 @@ class RankSpec:
 
 
 def marker(run_dir: str | Path, rank: int, kind: str) -> Path:
-    """Path of rank ``rank``'s marker file of ``kind`` ("pid", "done" or "error")."""
+    """Path of rank ``rank``'s marker file of ``kind`` ("pid", "result", "done" or "error")."""
     return Path(run_dir) / f"rank{rank}.{kind}"
 
 
@@ -52,10 +56,18 @@ def finished(run_dir: str | Path, rank: int) -> bool:
     return marker(run_dir, rank, "done").exists()
 
 
-def _write(path: Path, text: str) -> None:
+def _write(path: Path, content: str | bytes) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
+    if isinstance(content, bytes):
+        tmp.write_bytes(content)
+    else:
+        tmp.write_text(content)
     os.replace(tmp, path)  # atomic: the parent never reads half a file
+
+
+def read_result(run_dir: str | Path, rank: int):
+    """What rank ``rank``'s function returned (``run_rank`` left it in ``rank<r>.result``)."""
+    return pickle.loads(marker(run_dir, rank, "result").read_bytes())
 
 
 def _use_redirected_stdio() -> None:
@@ -89,14 +101,15 @@ def _select_gpu(torch, local_rank: int) -> None:
         ) from exc
 
 
-def run_rank(payload, spec: RankSpec) -> bytes:
-    """Prepare this rank, run the function in ``payload`` and return its result to the agent.
+def run_rank(payload, spec: RankSpec) -> None:
+    """Prepare this rank, run the function in ``payload`` and leave its result for the launcher.
 
     ``payload`` is ``(fn, args)``: as it is in a forked rank, which inherits them;
     pickled by ``cloudpickle`` (bytes) in a spawned rank, since cloudpickle sends
     a function defined in a notebook cell by value, where pickle would only send its name.
     The result goes back pickled, every tensor in it moved to the CPU
-    (``result_bytes``): the notebook never receives a CUDA tensor.
+    (``result_bytes``), in ``rank<r>.result`` (``read_result``): the notebook never receives a
+    CUDA tensor, and the engine's return queue carries only ``None``.
     """
     # details: prepare the process: freeze inherited garbage, die at once when stopped, print to its log
     # A forked rank inherits the parent's objects, garbage included (say, the store
@@ -125,7 +138,7 @@ def run_rank(payload, spec: RankSpec) -> bytes:
         if spec.init_group:
             dist.init_process_group(backend, timeout=timedelta(seconds=spec.group_timeout_s))
         result = fn(*args)
-        sent = result_bytes(result)
+        _write(marker(spec.run_dir, rank, "result"), result_bytes(result))
     except BaseException as exc:
         # details: leave the exception and its traceback in rank<r>.error for the launcher
         _write(
@@ -145,7 +158,6 @@ def run_rank(payload, spec: RankSpec) -> bytes:
         _wait_for_all_done(spec.run_dir, dist.get_world_size())
         dist.destroy_process_group()
         # end details
-    return sent
 
 
 def _backend(spec: RankSpec) -> str:
