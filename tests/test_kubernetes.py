@@ -3,7 +3,9 @@
 The manifest is checked against the JobSet CRD's published schema (vendored) and the official
 Python client's models, and each planted mistake must fail that check. The job's checkpoint state
 goes through DCP's fsspec storage to a local S3 (moto's server on 127.0.0.1) and back, bit for bit,
-on 2 ranks; the server is gone afterwards.
+on 2 ranks; the server is gone afterwards. The job itself, run with the manifest's own arguments
+(its ``--checkpoint-url``, the local bucket for the manifest's), checkpoints under that prefix in
+the bucket and a second run resumes from there.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 
 from course_utils import launch
 from course_utils.checkpoint import object_store
+from course_utils.runtime import elastic_run
 from course_utils.runtime import kubernetes_manifest as km
 
 pytestmark = pytest.mark.chapter(8)
@@ -50,8 +53,38 @@ def test_the_manifest_validates_and_holds_what_the_job_needs():
     dshm = next(v for v in pod["volumes"] if v["name"] == "dshm")
     assert dshm["emptyDir"]["medium"] == "Memory"
     assert {"name": "dshm", "mountPath": "/dev/shm"} in trainer["volumeMounts"]
-    coordinator = next(e for e in trainer["env"] if e["name"] == "COORDINATOR")
-    assert "jobset.sigs.k8s.io/coordinator" in coordinator["valueFrom"]["fieldRef"]["fieldPath"]
+    env = {e["name"]: e for e in trainer["env"]}
+    assert "jobset.sigs.k8s.io/coordinator" in env["COORDINATOR"]["valueFrom"]["fieldRef"]["fieldPath"]
+    # checkpoints in the bucket, one prefix per JobSet (the same for every pod and restart)
+    assert "jobset.sigs.k8s.io/jobset-uid" in env["JOBSET_UID"]["valueFrom"]["fieldRef"]["fieldPath"]
+    module, arguments = km.job_command(manifest)
+    assert module == "course_utils.scripts.train_hybrid"
+    assert arguments == [
+        "--checkpoint-url",
+        "s3://your-bucket/dlrm-hybrid/$JOBSET_UID",
+        "--checkpoint-dir",
+        "/shared/$JOBSET_UID",
+    ]
+    # the store's endpoint and keys from a Secret, under the names s3fs (botocore) reads
+    secret = {name: env[name]["valueFrom"]["secretKeyRef"] for name in env if name.startswith("AWS_")}
+    assert set(secret) == {"AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+    assert {s["name"] for s in secret.values()} == {"dlrm-hybrid-s3"}
+    assert secret["AWS_ENDPOINT_URL_S3"].get("optional") is True  # AWS itself: the SDK's default
+    assert not any(s.get("optional") for name, s in secret.items() if name != "AWS_ENDPOINT_URL_S3")
+    # the --checkpoint-dir (events, synthetic data) on the volume every pod mounts
+    shared = next(v for v in pod["volumes"] if v["name"] == "shared")
+    assert "persistentVolumeClaim" in shared
+    assert {"name": "shared", "mountPath": "/shared"} in trainer["volumeMounts"]
+
+
+def test_botocore_reads_the_endpoint_variable_the_manifest_sets(monkeypatch):
+    import botocore.session
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://s3.example.invalid:9000")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    client = botocore.session.get_session().create_client("s3", region_name="us-east-1")
+    assert client.meta.endpoint_url == "http://s3.example.invalid:9000"
 
 
 PLANTED = {
@@ -140,3 +173,32 @@ def test_the_local_s3_stops_when_the_block_fails():
         raise RuntimeError("inside")
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=5):
         pass
+
+
+@pytest.mark.launches
+def test_the_manifests_checkpoint_url_round_trips_through_fsspec_to_a_local_s3(tmp_path):
+    """The job with the manifest's own arguments (``$JOBSET_UID`` a fixed id, the local bucket for
+    the manifest's, ``/shared`` a local folder), 2 ranks: its checkpoints land under the
+    manifest's prefix in the bucket, and a second run resumes from them."""
+    small = ["--checkpoint-every", 2, "--synthetic-rows", 2048, "--batch-size", 128]
+    with object_store.local_s3() as bucket:
+        url, first = km.run_here(bucket, "jobset-uid-1", tmp_path, ["--steps", 4, *small])
+        after_first = sorted(object_store.objects(url))
+        _, second = km.run_here(bucket, "jobset-uid-1", tmp_path, ["--steps", 6, *small])
+        after_second = sorted(object_store.objects(bucket))
+    assert url == f"{bucket}/dlrm-hybrid/jobset-uid-1"
+    (command,) = first.commands
+    assert f"-m course_utils.scripts.train_hybrid --checkpoint-dir OUT --checkpoint-url {url} " in command
+    assert first.out == tmp_path / "shared" / "jobset-uid-1"
+    assert after_first == [
+        f"step_{s:06d}/{f}" for s in (2, 4) for f in (".metadata", "__0_0.distcp", "__1_0.distcp")
+    ]
+    assert after_second == [  # the newest two, nothing else in the bucket
+        f"dlrm-hybrid/jobset-uid-1/step_{s:06d}/{f}"
+        for s in (4, 6)
+        for f in (".metadata", "__0_0.distcp", "__1_0.distcp")
+    ]
+    timeline = elastic_run.timeline(second.events)
+    assert "attempt 1: ranks [0, 1] resumed from the checkpoint of step 4" in timeline, timeline
+    assert elastic_run.finished(second.events)["step"] == 6
+    assert not list(first.out.glob("step_*"))  # the volume: events and data only

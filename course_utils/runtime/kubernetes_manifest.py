@@ -14,7 +14,10 @@ API server's strict field validation does; a plain ``apply`` would drop an unkno
   are refused. The client types resource quantities (``cpu``, ``nvidia.com/gpu``, ``sizeLimit``)
   as strings, so the manifest quotes them (the API server also takes numbers).
 
-:func:`errors` returns one line per problem, ``[]`` for a manifest both accept.
+:func:`errors` returns one line per problem, ``[]`` for a manifest both accept. :func:`job_command`
+reads what the trainer container's ``torchrun`` starts (``-m MODULE ARGS``); :func:`run_here` runs
+those arguments on this machine under ``torchrun`` (1 node), the manifest's bucket replaced by a
+local one (``checkpoint.object_store.local_s3``) and its volume by a local folder.
 
 Taught in chapter 08 (appendix 08a, Kubernetes).
 """
@@ -23,9 +26,19 @@ from __future__ import annotations
 
 import copy
 import json
+import shlex
 from pathlib import Path
+from urllib.parse import urlsplit
 
-__all__ = ["template_path", "load", "errors", "jobset_errors", "job_template_errors"]
+__all__ = [
+    "template_path",
+    "load",
+    "errors",
+    "jobset_errors",
+    "job_template_errors",
+    "job_command",
+    "run_here",
+]
 
 
 def template_path(name: str = "jobset_train_hybrid.yaml") -> Path:
@@ -106,3 +119,52 @@ def errors(manifest: dict | None = None) -> list[str]:
         if isinstance(job, dict) and "template" in job:
             found += job_template_errors(job["template"], f"spec.replicatedJobs.{i}.template")
     return found
+
+
+def job_command(manifest: dict | None = None) -> tuple[str, list[str]]:
+    """``(module, arguments)``: what the first container's script passes to ``exec torchrun``
+    after ``-m`` (default manifest: the course's), shell quotes removed and variables such as
+    ``$JOBSET_UID`` left as written (the pod fills them in)."""
+    manifest = load() if manifest is None else manifest
+    pod = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    script = pod["containers"][0]["args"][0]
+    command = script[script.index("exec torchrun") :].replace("\\\n", " ")
+    words = shlex.split(command.splitlines()[0], posix=True)
+    module = words.index("-m")
+    return words[module + 1], words[module + 2 :]
+
+
+def run_here(
+    bucket: str,
+    jobset_uid: str,
+    root: str | Path,
+    extra: list | tuple = (),
+    manifest: dict | None = None,
+    nproc_per_node: int = 2,
+    timeout: float = 180.0,
+):
+    """The manifest's job (:func:`job_command`) under ``torchrun`` on this machine, 1 node of
+    ``nproc_per_node`` ranks (``elastic_run.run_elastic``): its ``--checkpoint-url`` with
+    ``bucket`` (``s3://name``) in place of the manifest's bucket, ``jobset_uid`` for every
+    ``$JOBSET_UID``, its ``--checkpoint-dir`` under the local folder ``root`` (``/shared/X``:
+    ``root/shared/X``), then ``extra`` arguments. Returns ``(url, run)``: the checkpoint URL it
+    used and the ``ElasticRun``."""
+    from course_utils.runtime import elastic_run
+
+    module, arguments = job_command(manifest)
+    arguments = [a.replace("$JOBSET_UID", jobset_uid) for a in arguments]
+    url_at = arguments.index("--checkpoint-url") + 1
+    theirs = urlsplit(arguments[url_at])
+    url = arguments[url_at] = f"{bucket.rstrip('/')}{theirs.path}"
+    dir_at = arguments.index("--checkpoint-dir")
+    folder = Path(root) / arguments[dir_at + 1].lstrip("/")
+    del arguments[dir_at : dir_at + 2]
+    run = elastic_run.run_elastic(
+        folder,
+        nproc_per_node=nproc_per_node,
+        module=module,
+        out_flag="--checkpoint-dir",
+        script_args=[*arguments, *extra],
+        timeout=timeout,
+    )
+    return url, run
