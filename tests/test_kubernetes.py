@@ -77,16 +77,6 @@ def test_the_manifest_validates_and_holds_what_the_job_needs():
     assert {"name": "shared", "mountPath": "/shared"} in trainer["volumeMounts"]
 
 
-def test_botocore_reads_the_endpoint_variable_the_manifest_sets(monkeypatch):
-    import botocore.session
-
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://s3.example.invalid:9000")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
-    client = botocore.session.get_session().create_client("s3", region_name="us-east-1")
-    assert client.meta.endpoint_url == "http://s3.example.invalid:9000"
-
-
 PLANTED = {
     "a JobSet field misspelt": (lambda m: m["spec"]["failurePolicy"].update(maxRestart=3), "maxRestart"),
     "a field in the wrong object": (
