@@ -2,11 +2,13 @@
 must wrap the forward.
 
 Our ``BucketedDDP`` needs an explicit ``finish_gradient_sync()`` after ``backward()``. PyTorch's
-reducer needs none: when backward reaches the first gradient it asks the autograd engine to run
-a callback once the whole backward is done (``queue_callback`` of ``finalize_backward`` in
-``torch/csrc/distributed/c10d/reducer.cpp``), and that callback waits for the buckets and writes
-the averages into ``.grad``. ``SyncInBackward`` does the same with our buckets
-(``compat.queue_autograd_callback``): ``loss.backward()`` returns with the gradients averaged.
+reducer needs none: once it has launched the all-reduce of its last bucket
+(``Reducer::mark_variable_ready`` in ``torch/csrc/distributed/c10d/reducer.cpp``), it asks the
+autograd engine to run a callback when the whole backward is done (``queue_callback`` of
+``finalize_backward``), and that callback waits for the buckets and writes the averages into
+``.grad``. ``SyncInBackward`` does the same with our buckets, but queues its callback at the first
+gradient of a backward (``compat.queue_autograd_callback``): ``loss.backward()`` returns with the
+gradients averaged.
 
 PyTorch decides *in forward* whether the next backward syncs: ``DistributedDataParallel.forward``
 calls ``reducer.prepare_for_backward`` only when ``require_backward_grad_sync`` is set, which

@@ -10,9 +10,9 @@ DDP all-reduces all of it: ``4 N D`` bytes a step whatever the batch touched. Bu
 * **gloo** has one (it all-gathers every rank's indices and values and adds them), and DDP uses
   it when a sparse gradient arrives. But DDP starts it in one of gloo's worker threads while the
   backward pass goes on, beside the dense bucket's all-reduce in the other, and on torch 2.13
-  (CPU, 2 cores) that overlap now and then corrupted the heap: a rank died with SIGSEGV or
-  SIGABRT in ``malloc`` called from ``AsyncSparseAllreduceWork``, in 2 of 20 launches of 2000
-  steps (``benchmarks/sparse_ddp_overlap.py``, which measures it on your torch).
+  (CPU, 2 cores) that overlap now and then crashed: a rank died with SIGSEGV or SIGABRT in
+  ``malloc`` called from ``AsyncSparseAllreduceWork``, a sign of a corrupted heap, in 2 of 20
+  launches of 2000 steps (``benchmarks/sparse_ddp_overlap.py``, which measures it on your torch).
 
 The safe route: DDP averages the dense layers only (``compat.ddp_ignore`` takes the table out of
 DDP), and the table's sparse gradient is averaged once ``backward()`` has returned, with nothing
