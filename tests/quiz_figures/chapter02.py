@@ -52,6 +52,16 @@ def _gloo_serves_more_ranks_than_gpus() -> bool:
             return refused and hardware.pick_backend(4) == "gloo" and hardware.pick_backend(2) == "nccl"
 
 
+def _nccl_waits_on_the_stream() -> bool:
+    """Question 5: torch's own docstring of Work.wait (the one a learner reads with help())."""
+    import torch.distributed  # noqa: F401 -- registers torch._C._distributed_c10d
+
+    doc = " ".join(torch._C._distributed_c10d.Work.wait.__doc__.split())
+    return "calling wait() is the same as calling synchronize()" in doc and (
+        "Letting the current stream block on the completion of the NCCL work" in doc
+    )
+
+
 FIGURES = {
     # the collective starts at the last rank's arrival and lasts the modeled 100 us (a closed form:
     # the modeled cluster's group needs ranks)
@@ -81,6 +91,11 @@ FIGURES = {
 }
 
 CLAIMS = {
+    5: (
+        Claim(
+            "letting the current stream block on the completion of the NCCL work", _nccl_waits_on_the_stream
+        ),
+    ),
     6: (Claim("Latency: the `2 (w - 1) * alpha` term", _latency_bound),),
     8: (Claim("`gloo`", _gloo_serves_more_ranks_than_gpus),),
 }

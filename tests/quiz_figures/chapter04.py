@@ -23,6 +23,14 @@ def _same_order_without_set_epoch() -> bool:
 
 
 FIGURES = {
+    4: {  # the chapter's bucket-size sweep on two modeled T4s
+        "16": InChapter("16 MiB buckets"),
+        "1,175.5": InChapter("16 MiB buckets"),
+        "256": InChapter("256 KiB buckets"),
+        "620.9": InChapter("256 KiB buckets"),
+        "726.0": InChapter("1 KiB buckets"),
+        "27": InChapter("1 KiB buckets"),
+    },
     7: {"12": Computed(lambda: sum(len(share) for share in _eval_shares()))},
     8: {
         "0.08": Computed(lambda: 0.02 * 4),  # linear scaling: 4 times the global batch

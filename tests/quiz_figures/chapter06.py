@@ -9,7 +9,7 @@ def _messages(schedule) -> int:
 
 
 def _interleaved(kind: str) -> float:
-    """Question 4: p = 4, m = 12, v = 2."""
+    """Question 3: p = 4, m = 12, v = 2."""
     from course_utils.pipeline import interleaved_1f1b, interleaved_bubble_fraction, interleaved_bubble_ratio
 
     if kind == "messages":
@@ -30,20 +30,15 @@ def _forward_phase_ms(m: int) -> float:
     return simulate(gpipe(2, m), [Costs(F=8 / m + 0.5, B=0, W=0)] * 2).makespan
 
 
-def _gpipe(kind: str) -> float:
-    """Question 2: p = 4, m = 12 (and m = 1 for a split without micro-batches)."""
-    from course_utils.pipeline import gpipe, gpipe_bubble_fraction, interleaved_bubble_ratio, simulate
+def _gpipe_fraction() -> float:
+    """Question 3: plain GPipe's (and 1F1B's) bubble fraction for p = 4, m = 12, the 3/15 it names."""
+    from course_utils.pipeline import gpipe_bubble_fraction
 
-    return {
-        "fraction": lambda: gpipe_bubble_fraction(4, 12),
-        "simulated": lambda: simulate(gpipe(4, 12)).bubble_fraction,
-        "ratio": lambda: interleaved_bubble_ratio(4, 12, 1),  # v = 1: plain 1F1B's (p-1)/m
-        "no micro-batches": lambda: simulate(gpipe(4, 1)).bubble_fraction,
-    }[kind]()
+    return gpipe_bubble_fraction(4, 12)
 
 
 def _peak_activations() -> bool:
-    """Question 3: device 0's peak of live micro-batches, 4 stages and 8 micro-batches."""
+    """Question 2: device 0's peak of live micro-batches, 4 stages and 8 micro-batches."""
     from course_utils.pipeline import gpipe, one_f_one_b, simulate
 
     return [simulate(s).peak_activations()[0] for s in (gpipe(4, 8), one_f_one_b(4, 8))] == [8, 4]
@@ -54,6 +49,29 @@ def _idle_zb_h1_and_1f1b() -> bool:
     from course_utils.pipeline import one_f_one_b, simulate, zero_bubble_h1
 
     return simulate(zero_bubble_h1(4, 8)).idle(0) == 3 and simulate(one_f_one_b(4, 8)).idle(0) == 9
+
+
+def _weight_gradients_wait() -> bool:
+    """Question 4: F = B = W = 1, p = 4: ZB-H1 idles (p-1)(F+B-W) per device where 1F1B idles
+    (p-1)(F+B+W); every device holds up to p micro-batches under ZB-H1, up to 2p-1 under ZB-H2."""
+    from course_utils.pipeline import (
+        Costs,
+        one_f_one_b,
+        simulate,
+        zb_h1_bubble_time,
+        zero_bubble_h1,
+        zero_bubble_h2,
+    )
+
+    costs = Costs(F=1, B=1, W=1)
+    h1 = simulate(zero_bubble_h1(4, 8), costs)
+    plain = simulate(one_f_one_b(4, 8), costs)
+    return (
+        all(h1.idle(d) == zb_h1_bubble_time(4, costs) == (4 - 1) * (1 + 1 - 1) for d in range(4))
+        and all(plain.idle(d) == (4 - 1) * (1 + 1 + 1) for d in range(4))
+        and h1.peak_activations() == [4] * 4
+        and max(simulate(zero_bubble_h2(4, 8), costs).peak_activations()) == 2 * 4 - 1
+    )
 
 
 def _recompute_peaks() -> bool:
@@ -68,16 +86,9 @@ def _recompute_peaks() -> bool:
 
 
 FIGURES = {
-    2: {
-        "0.2": Computed(lambda: _gpipe("simulated")),
-        "15": Computed(lambda: 3 / _gpipe("fraction")),  # 3/15: m + p - 1 stage-times
-        "0.25": Computed(lambda: _gpipe("ratio")),
-        "0.75": Computed(lambda: _gpipe("no micro-batches")),
-        "0.8": Computed(lambda: 1 - _gpipe("fraction")),
-    },
-    4: {
+    3: {
         "24": Computed(lambda: 3 / _interleaved("ratio")),
-        "15": Computed(lambda: 3 / _gpipe("fraction")),
+        "15": Computed(lambda: 3 / _gpipe_fraction()),  # 3/15: m + p - 1 stage-times
         "27": Computed(lambda: 3 / _interleaved("fraction")),
         "168": Computed(lambda: _interleaved("messages")),
         "72": Computed(_one_f_one_b_messages),
@@ -90,7 +101,8 @@ FIGURES = {
 }
 
 CLAIMS = {
-    3: (Claim("8 under GPipe, 4 under 1F1B", _peak_activations),),
+    2: (Claim("8 under GPipe, 4 under 1F1B", _peak_activations),),
+    4: (Claim("up to `2p-1`", _weight_gradients_wait),),
     5: (Claim("3 and 9", _idle_zb_h1_and_1f1b),),
     6: (Claim("From 40a to 12a", _recompute_peaks),),
     8: (
