@@ -25,7 +25,7 @@ devices (``python -m course_utils.scripts.gpu_report`` on GPUs), and the modeled
 time in a rank of a modeled cluster (``launch(fn, cluster=...)``), where every figure is exact.
 There, ``device="meta"`` sweeps real sizes (gigabytes) without allocating them.
 
-Taught in chapter 02 (section 6d, bandwidth against message size).
+Taught in chapter 02 (appendix 02b, section 2d, bandwidth against message size).
 """
 
 from __future__ import annotations

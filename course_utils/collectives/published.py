@@ -14,7 +14,7 @@ the modeled figure's relative error against the published one (positive: the mod
   (github.com/NVIDIA/nccl-tests/issues/149); a user's node measured 232.5 GB/s
   (github.com/NVIDIA/nccl-tests/issues/175).
 
-Taught in chapter 02 (section 6e, the model against a real node) and appendix 02a (section 3).
+Taught in chapter 02 (appendix 02b, section 2e, the model against a real node) and appendix 02a (section 3).
 """
 
 from __future__ import annotations

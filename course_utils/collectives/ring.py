@@ -21,7 +21,8 @@ by one can wait for each other forever: with 2 ranks the right and the left
 neighbour are the same process, and both directions share one NCCL stream. A
 batch starts its send and its receive as one operation. Gloo just posts them.
 
-Taught in chapter 02 (section 5, all-reduce by hand: the ring; the tuned ring in appendix 02a, section 1).
+Taught in chapter 02 (appendix 02b, section 1, all-reduce by hand: the ring; the tuned ring in
+appendix 02a, section 1).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ So the processes to stop are found by what they are, not by their group:
 last checkpoint), waits ``grace`` seconds, then SIGKILLs whatever of the tree is still there.
 
 Used by ``runner`` (torchrun, ``mp.spawn``), ``elastic_run``, ``slurm_local`` and ``launch``.
-Taught in chapter 02 (section 7, what a launcher leaves behind) and chapter 08.
+Taught in chapter 02 (section 5, what a launcher leaves behind) and chapter 08.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ interface (``loopback.loopback_environment``) and each c10d rendezvous gets a ra
 torchrun's own rendezvous store still listens on every interface: torch has no option to
 confine it (``runtime/loopback.py``).
 
-Taught in chapter 02 (section 7, torchrun; appendix 02a, section 4, the other launchers);
+Taught in chapter 02 (section 5, torchrun; appendix 02a, section 4, the other launchers);
 chapters 04 and 08 run their scripts with it.
 """
 

@@ -5,7 +5,7 @@ lines; ``stderr_tail`` keeps the last lines, puts the first exception line befor
 out, and drops c10's log prefix. ``port_hint`` names a rendezvous port already in use.
 ``runner.run_together`` builds its ``LauncherError`` message from both.
 
-Taught in chapter 02 (section 7, torchrun; appendix 02a, section 4, the other launchers).
+Taught in chapter 02 (section 5, torchrun; appendix 02a, section 4, the other launchers).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Each rank writes ``DIR/rank<R>.json``: the variables torchrun set, its group's
 view of the world, and the results of ``dist.all_reduce`` and
 ``ring_all_reduce`` on the same tensor (rank r holds ``(r + 1) * [1, 2, ..., 8]``).
 
-Taught in chapter 02 (section 7, torchrun; appendix 02a, section 4: mp.spawn and two "nodes" on one
+Taught in chapter 02 (section 5, torchrun; appendix 02a, section 4: mp.spawn and two "nodes" on one
 machine).
 """
 
