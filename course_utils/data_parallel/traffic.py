@@ -1,7 +1,7 @@
 """Who sends how many bytes in one data-parallel training step: DataParallel by copies, DataParallel
 with NCCL, and DDP's ring all-reduce. The three send the same total and differ in who sends it.
 
-Taught in chapter 03 (section 1, the traffic table).
+Taught in chapter 03 (appendix 03a, section 3, the traffic table).
 """
 
 from __future__ import annotations
