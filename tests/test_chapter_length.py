@@ -1,6 +1,11 @@
-"""A chapter's main path stays readable in one sitting: at most 50 cells, at most 25 of them code.
-Deep dives live in an appendix notebook beside the chapter (``chapters/NNa_name.ipynb``, tested
-by nbval like the chapter), held to the same limits; every appendix belongs to a chapter."""
+"""A chapter's main path stays readable in one sitting: at most 40 cells, at most 25 of them code,
+and at most 3,500 words of markdown. Deep dives live in an appendix notebook beside the chapter
+(``chapters/NNa_name.ipynb``, tested by nbval like the chapter), held to the same limits; every
+appendix belongs to a chapter.
+
+The notebooks that the chapter rewrite has not yet brought within the limits are listed in
+``NOT_YET_WITHIN``, each with its size when it was listed: it may shrink, never grow, and it leaves
+the list (a test says so) once it is within the limits."""
 
 from __future__ import annotations
 
@@ -14,14 +19,25 @@ pytestmark = pytest.mark.chapter()
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
-MAX_CELLS, MAX_CODE = 50, 25
+MAX_CELLS, MAX_CODE, MAX_WORDS = 40, 25, 3500
 NAME = re.compile(r"^(\d\d)([a-z]?)_\w+\.ipynb$")
 
+# notebook: (cells, markdown words) when listed; the ceiling until it is within the limits
+NOT_YET_WITHIN = {
+    "04_ddp.ipynb": (47, 5219),
+    "04a_ddp_in_practice.ipynb": (47, 3595),
+    "05_model_parallel.ipynb": (45, 3908),
+    "06_pipeline_parallel.ipynb": (49, 5162),
+    "07_hybrid_parallel_recsys.ipynb": (50, 5493),
+    "08_fault_tolerance_and_scale_out.ipynb": (48, 5761),
+}
 
-def counts(notebook: Path) -> tuple[int, int]:
-    """(all cells, code cells) of a notebook."""
+
+def counts(notebook: Path) -> tuple[int, int, int]:
+    """(all cells, code cells, words of markdown) of a notebook; a word is a run of non-space."""
     cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
-    return len(cells), sum(c["cell_type"] == "code" for c in cells)
+    words = sum(len(re.findall(r"\S+", "".join(c["source"]))) for c in cells if c["cell_type"] == "markdown")
+    return len(cells), sum(c["cell_type"] == "code" for c in cells), words
 
 
 def test_every_notebook_is_a_chapter_or_an_appendix_of_one():
@@ -34,10 +50,26 @@ def test_every_notebook_is_a_chapter_or_an_appendix_of_one():
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
-def test_a_notebook_is_at_most_50_cells_and_25_code_cells(notebook):
-    cells, code = counts(notebook)
+def test_a_notebook_is_within_the_limits(notebook):
+    cells, code, words = counts(notebook)
     kind = "appendix" if NAME.match(notebook.name)[2] else "main path"
-    assert cells <= MAX_CELLS and code <= MAX_CODE, (
-        f"{notebook.name} ({kind}) has {cells} cells, {code} of them code; at most {MAX_CELLS} and "
-        f"{MAX_CODE}: move a deep dive to an appendix notebook (chapters/NNa_name.ipynb)"
+    assert code <= MAX_CODE, f"{notebook.name} ({kind}) has {code} code cells; at most {MAX_CODE}"
+    if notebook.name in NOT_YET_WITHIN:
+        most_cells, most_words = NOT_YET_WITHIN[notebook.name]
+        assert cells <= most_cells and words <= most_words, (
+            f"{notebook.name} grew to {cells} cells and {words} words of markdown; it is waiting to be "
+            f"brought within {MAX_CELLS} and {MAX_WORDS}, and may not grow past {most_cells} and {most_words}"
+        )
+        return
+    assert cells <= MAX_CELLS and words <= MAX_WORDS, (
+        f"{notebook.name} ({kind}) has {cells} cells and {words} words of markdown; at most {MAX_CELLS} "
+        f"and {MAX_WORDS}: move a deep dive to an appendix notebook (chapters/NNa_name.ipynb)"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(NOT_YET_WITHIN))
+def test_a_notebook_waiting_for_the_rewrite_is_still_over_the_limits(name):
+    cells, _, words = counts(ROOT / "chapters" / name)
+    assert cells > MAX_CELLS or words > MAX_WORDS, (
+        f"{name} is within the limits now ({cells} cells, {words} words): take it out of NOT_YET_WITHIN"
     )
