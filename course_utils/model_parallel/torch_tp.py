@@ -15,7 +15,8 @@ the row layer all_reduces its partial outputs.
   ``("dp", "tp")``: tensor parallel inside each group of ``tp`` ranks, data parallel
   (gradients averaged) across the ``dp`` groups; returns the full gradients.
 
-Taught in chapter 05 (section 6, PyTorch's tensor-parallel API).
+Taught in chapter 05 (appendix 05a, sections 1 and 2: PyTorch's tensor-parallel API on 1-D and
+2-D meshes).
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ stage 1 the optimizer state, stage 2 also the gradients, stage 3 (FSDP) also the
 * ``bytes_per_parameter(precision, world, stage)``: bytes one rank keeps per parameter;
 * ``memory_table(world)``: all of it as a table.
 
-Taught in chapter 05 (section 7, sharded data parallelism).
+Taught in chapter 05 (section 7, sharded data parallelism; appendix 05a, section 3, bytes per
+parameter in mixed precision and per ZeRO stage).
 """
 
 from __future__ import annotations
