@@ -16,6 +16,7 @@
 # --unit-tests   run the unit tier (`pytest tests --unit`: no processes, no notebooks) first
 # --all-tests    run every test file (`pytest tests -m "not wheel"`) first
 # --tests FILE   also run this test file before the notebooks (repeatable)
+# --deselect ID  leave out this test (a pytest node id) of those --tests names (repeatable)
 # --older-isa    ATen's and MKL's kernels held to older vector instructions (the matrix's floor.env:
 #                ATEN_CPU_CAPABILITY=default, MKL_ENABLE_INSTRUCTIONS=SSE4_2)
 # --venv DIR     where the venv goes (default .venv-torch-VERSION); an existing one is reused
@@ -27,7 +28,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-usage() { sed -n '2,26p' "$0" >&2; exit 2; }
+usage() { sed -n '2,27p' "$0" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 matrix() { python3 tools/matrix.py "$1" || exit 2; }  # a value of pyproject.toml's version matrix
 version=$1 python_version=""
@@ -38,7 +39,7 @@ case "$version" in
        version=$(matrix "$name.torch") || exit 2
        python_version=$(python3 tools/matrix.py "$name.python" 2>/dev/null) ;;  # where it names one
 esac
-unit="" isa=() venv="" tests=() prepare=0 torch_only=0 notebooks=(chapters solutions)
+unit="" isa=() venv="" tests=() deselect=() prepare=0 torch_only=0 notebooks=(chapters solutions)
 while [ $# -gt 0 ]; do
     case "$1" in
         --python) python_version=${2:?--python needs X.Y}; shift 2 ;;
@@ -49,6 +50,7 @@ while [ $# -gt 0 ]; do
         --older-isa) read -ra isa <<<"$(matrix floor.env)" && [ "${#isa[@]}" -gt 0 ] || exit 2; shift ;;
         --venv) venv=${2:?--venv needs a folder}; shift 2 ;;
         --tests) tests+=("${2:?--tests needs a test file}"); shift 2 ;;
+        --deselect) deselect+=(--deselect "${2:?--deselect needs a test id}"); shift 2 ;;
         --notebooks) read -ra notebooks <<<"${2:?--notebooks needs folders}"; shift 2 ;;
         *) usage ;;
     esac
@@ -102,7 +104,7 @@ if [ -n "$unit" ]; then
     echo "other_torch.sh: tests (${unit[*]}) on torch $version: exit $rc after $(( $(date +%s) - start )) s"
 fi
 if [ "$rc" -eq 0 ] && [ "${#tests[@]}" -gt 0 ]; then
-    env "${isa[@]}" python -m pytest -q "${tests[@]}"
+    env "${isa[@]}" python -m pytest -q "${tests[@]}" "${deselect[@]}"
     rc=$?
     echo "other_torch.sh: ${tests[*]} on torch $version: exit $rc after $(( $(date +%s) - start )) s"
 fi
