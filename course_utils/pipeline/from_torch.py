@@ -24,7 +24,7 @@ leaves ``W`` earlier than torch's full backward would send it: slightly optimist
 It calls the class's own (private) ``_calculate_single_rank_operations`` through
 ``compat.pipeline_order``, so the actions are torch's; a torch without these classes says so.
 
-Taught in chapter 06 (section 6, zero bubble).
+Taught in chapter 06's appendix 06b (sections 2 and 3, ZB-V and DualPipeV).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ it is; ``SCHEDULE_KINDS`` maps a kind to its builder, display name (``kind.title
 
 ``course_utils.pipeline.validate`` checks a schedule.
 
-Taught in chapter 06 (sections 2 to 6, the schedules).
+Taught in chapter 06 (sections 2 to 6, the schedules) and appendix 06b (section 1, ZB-H2).
 """
 
 from __future__ import annotations

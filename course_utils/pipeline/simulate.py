@@ -19,7 +19,7 @@ The textbook formulas the simulation reproduces (uniform stages, no comm):
 
 ``plot_bubble_sweep`` draws the simulated bubble against the formula, for every schedule.
 
-Taught in chapter 06.
+Taught in chapter 06; ``steady_state`` (ZB-H2's steps back to back) in appendix 06b, section 1.
 """
 
 from __future__ import annotations
