@@ -17,7 +17,8 @@ the tree; ``lint-imports`` checks it, with the contracts in ``pyproject.toml``):
 3. one package per topic, in chapter order (a chapter's package imports only earlier chapters'):
    ``collectives``, ``data_parallel``, ``ddp``, ``model_parallel``, ``pipeline``, ``sharding``,
    ``checkpoint``; each one's ``__init__`` is its public API;
-4. ``explorers`` (interactive figures) and ``scripts`` (what ``python -m`` and torchrun start).
+4. ``explorers`` (interactive figures), ``exercises`` (the checkers of the "build it" exercises)
+   and ``scripts`` (what ``python -m`` and torchrun start).
 
 The top-level names are imported on first use, so a script that torchrun starts
 as ``python -m course_utils.scripts.<name>`` pays only for what it uses.

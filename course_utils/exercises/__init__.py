@@ -1,0 +1,30 @@
+"""Checkers for the "build it" exercises: the learner writes the function, a checker runs it.
+
+Each ``check_<name>(fn)`` runs the learner's ``fn`` (on real gloo ranks where it communicates)
+against torch's engine or the course's reference, prints one line ``passed: ...`` saying what
+was checked, or ``not yet: ...`` and what differs in plain words, and returns a ``CheckResult``
+(true when passed). ``check_<name>_many(fns)`` checks several in one launch and prints nothing.
+``solutions`` holds one worked solution per exercise.
+
+- ``ring``: chapter 02, ``ring_all_reduce(tensor)`` against ``dist.all_reduce``;
+- ``gradient_sync``: chapter 04, ``bucketed_gradient_sync(model, bucket_bytes)`` against torch's DDP.
+
+Taught in chapters 02, 04, 06, 07 and 08 (their "build it" exercises).
+"""
+
+from course_utils.exercises import solutions
+from course_utils.exercises.gradient_sync import (
+    check_bucketed_gradient_sync,
+    check_bucketed_gradient_sync_many,
+)
+from course_utils.exercises.result import CheckResult
+from course_utils.exercises.ring import check_ring_all_reduce, check_ring_all_reduce_many
+
+__all__ = [
+    "CheckResult",
+    "solutions",
+    "check_ring_all_reduce",
+    "check_ring_all_reduce_many",
+    "check_bucketed_gradient_sync",
+    "check_bucketed_gradient_sync_many",
+]

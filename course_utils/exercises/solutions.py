@@ -1,0 +1,68 @@
+"""Worked solutions of the "build it" exercises, one function (or class) per exercise.
+
+A chapter shows a blank stub and its checker, and points here for one way to write it; each
+solution passes its checker (tests/test_exercises.py).
+
+Taught in chapters 02, 04, 06, 07 and 08 (the worked solutions of their "build it" exercises).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["ring_all_reduce", "bucketed_gradient_sync"]
+
+
+def ring_all_reduce(tensor: torch.Tensor) -> torch.Tensor:
+    """Chapter 02: sum ``tensor`` over the default group in place, in a ring.
+
+    Reduce-scatter: at step s, send chunk (r - s) % w right, add chunk (r - s - 1) % w from the
+    left. All-gather: send the finished chunk (r + 1 - s) % w right, copy chunk (r - s) % w in.
+    """
+    rank, world = dist.get_rank(), dist.get_world_size()
+    chunks = torch.tensor_split(tensor.view(-1), world)  # views: writing them writes tensor
+    right, left = (rank + 1) % world, (rank - 1) % world
+    for phase in ("reduce-scatter", "all-gather"):
+        for step in range(world - 1):
+            if phase == "reduce-scatter":
+                send, receive = (rank - step) % world, (rank - step - 1) % world
+            else:
+                send, receive = (rank + 1 - step) % world, (rank - step) % world
+            incoming = torch.empty_like(chunks[receive])
+            sending = dist.isend(chunks[send], right)
+            dist.irecv(incoming, left).wait()
+            sending.wait()
+            if phase == "reduce-scatter":
+                chunks[receive].add_(incoming)
+            else:
+                chunks[receive].copy_(incoming)
+    return tensor
+
+
+def bucketed_gradient_sync(model: torch.nn.Module, bucket_bytes: int) -> None:
+    """Chapter 04: after backward, average every ``p.grad`` over the ranks, in buckets.
+
+    Gradients go into a bucket in parameter order until the next one would pass
+    ``bucket_bytes``; each bucket is flattened into one buffer, all-reduced once, divided by the
+    world size, and its slices copied back into the gradients.
+    """
+    world = dist.get_world_size()
+    buckets, held = [], bucket_bytes + 1  # the first gradient opens a bucket
+    for p in model.parameters():
+        if p.grad is None:
+            continue
+        size = p.grad.numel() * p.grad.element_size()
+        if held + size > bucket_bytes:
+            buckets.append([])
+            held = 0
+        buckets[-1].append(p)
+        held += size
+    for bucket in buckets:
+        flat = torch.cat([p.grad.reshape(-1) for p in bucket])
+        dist.all_reduce(flat)
+        flat /= world
+        offset = 0
+        for p in bucket:
+            p.grad.copy_(flat[offset : offset + p.grad.numel()].view_as(p.grad))
+            offset += p.grad.numel()

@@ -1,0 +1,209 @@
+"""The "build it" checkers (course_utils.exercises): each exercise's worked solution passes, a
+correct function written differently passes, and planted mistakes get their own message, with
+none of the reference's code in what is printed.
+
+The checkers that run ranks check all of a test's candidate functions in one launch (their
+``check_*_many``), once per module (the fixtures), to keep this file fast.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from course_utils import exercises
+from course_utils.collectives import plain_ring_all_reduce
+from course_utils.exercises import solutions
+
+pytestmark = pytest.mark.chapter(2, 4, 6, 7, 8)
+
+
+def source_lines(*objects) -> list[str]:
+    """The code lines (stripped, long enough to mean something) of the references and solutions."""
+    lines = []
+    for obj in objects:
+        lines += [s for s in (line.strip() for line in inspect.getsource(obj).splitlines()) if len(s) >= 16]
+    return lines
+
+
+def assert_no_source(results, *references):
+    text = "\n".join(str(r) for r in results)
+    leaked = [line for line in source_lines(*references) if line in text]
+    assert not leaked, leaked
+
+
+# --- chapter 02: ring all-reduce ---------------------------------------------------------------
+
+
+def _ring(tensor, *, chunking="split", all_gather=True, gather_op="copy"):
+    """A ring all-reduce with a mistake to plant: chunks of ``numel // w`` ("floor"), no
+    all-gather phase, or adding where the all-gather phase copies."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    flat = tensor.view(-1)
+    if chunking == "split":
+        chunks = torch.tensor_split(flat, world)
+    else:
+        size = flat.numel() // world
+        chunks = [flat[i * size : (i + 1) * size] for i in range(world)]
+    for phase in ("reduce-scatter", "all-gather") if all_gather else ("reduce-scatter",):
+        for step in range(world - 1):
+            if phase == "reduce-scatter":
+                send, receive = (rank - step) % world, (rank - step - 1) % world
+            else:
+                send, receive = (rank + 1 - step) % world, (rank - step) % world
+            incoming = torch.empty_like(chunks[receive])
+            work = dist.isend(chunks[send], (rank + 1) % world)
+            dist.recv(incoming, (rank - 1) % world)
+            work.wait()
+            if phase == "reduce-scatter" or gather_op == "add":
+                chunks[receive].add_(incoming)
+            else:
+                chunks[receive].copy_(incoming)
+    return tensor
+
+
+def ring_divided(tensor):
+    solutions.ring_all_reduce(tensor)
+    return tensor.div_(dist.get_world_size())
+
+
+def ring_not_in_place(tensor):
+    return solutions.ring_all_reduce(tensor.clone())
+
+
+RING_CANDIDATES = {
+    "solution": solutions.ring_all_reduce,
+    "course's batched ring": plain_ring_all_reduce,
+    "divided": ring_divided,
+    "no all-gather": lambda t: _ring(t, all_gather=False),
+    "tail left out": lambda t: _ring(t, chunking="floor"),
+    "added twice": lambda t: _ring(t, gather_op="add"),
+    "not in place": ring_not_in_place,
+}
+
+
+@pytest.fixture(scope="module")
+def ring_results():
+    results = exercises.check_ring_all_reduce_many(list(RING_CANDIDATES.values()))
+    return dict(zip(RING_CANDIDATES, results, strict=True))
+
+
+@pytest.mark.launches
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("solution", None),
+        ("course's batched ring", None),
+        ("divided", "rank 0's result is 1/3 of the expected sum: did you divide by the world size?"),
+        ("no all-gather", "holds the full sum only in chunk 1 (elements 2 to 3)"),
+        ("tail left out", "the last 1 element(s) on rank 0 (from element 6 on) are not summed"),
+        ("added twice", "counts rank 0's value 2 times: a chunk was added again"),
+        ("not in place", "returns the right sum, but the tensor passed in is unchanged"),
+    ],
+)
+def test_ring_all_reduce_checker(ring_results, name, message):
+    result = ring_results[name]
+    if message is None:
+        assert result and str(result).startswith("passed: ring_all_reduce gives dist.all_reduce's sums")
+    else:
+        assert not result and message in str(result), str(result)
+
+
+@pytest.mark.launches
+def test_ring_all_reduce_checker_shows_no_reference_code(ring_results):
+    assert_no_source(ring_results.values(), solutions.ring_all_reduce, plain_ring_all_reduce)
+
+
+# --- chapter 04: gradients averaged in buckets ------------------------------------------------
+
+
+def sync_per_parameter(model, bucket_bytes):
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+
+
+def sync_divided_twice(model, bucket_bytes):
+    for p in model.parameters():
+        p.grad /= dist.get_world_size()
+    solutions.bucketed_gradient_sync(model, bucket_bytes)
+
+
+def sync_flat(model, bucket_bytes, *, divide=True, shift=0, skip_last=False):
+    """All gradients in one bucket (right for a large ``bucket_bytes``), with a mistake to plant."""
+    params = list(model.parameters())[: -1 if skip_last else None]
+    flat = torch.cat([p.grad.reshape(-1) for p in params] + [torch.zeros(shift)])
+    dist.all_reduce(flat)
+    if divide:
+        flat /= dist.get_world_size()
+    offset = shift
+    for p in params:
+        p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
+        offset += p.numel()
+
+
+def sync_reversed_async(model, bucket_bytes):
+    """Correct, written otherwise: buckets filled from the last parameter (as DDP's first guess
+    is), each gradient divided first, all-reduces started together and waited for at the end."""
+    params = [p for p in model.parameters() if p.grad is not None][::-1]
+    buckets = [[]]
+    for p in params:
+        if buckets[-1] and sum(q.grad.nbytes for q in buckets[-1]) + p.grad.nbytes > bucket_bytes:
+            buckets.append([])
+        buckets[-1].append(p)
+    flats = [torch.cat([(p.grad / dist.get_world_size()).flatten() for p in b]) for b in buckets]
+    works = [dist.all_reduce(flat, async_op=True) for flat in flats]
+    for bucket, flat, work in zip(buckets, flats, works, strict=True):
+        work.wait()
+        for p, piece in zip(bucket, flat.split([p.numel() for p in bucket]), strict=True):
+            p.grad.copy_(piece.view_as(p))
+
+
+SYNC_CANDIDATES = {
+    "solution": solutions.bucketed_gradient_sync,
+    "reversed, async": sync_reversed_async,
+    "not divided": lambda m, b: sync_flat(m, b, divide=False),
+    "divided twice": sync_divided_twice,
+    "last bucket left out": lambda m, b: sync_flat(m, b, skip_last=True),
+    "slices off by one": lambda m, b: sync_flat(m, b, shift=1),
+    "one all-reduce per parameter": sync_per_parameter,
+    "one bucket whatever the size": sync_flat,
+}
+
+
+@pytest.fixture(scope="module")
+def sync_results():
+    results = exercises.check_bucketed_gradient_sync_many(list(SYNC_CANDIDATES.values()))
+    return dict(zip(SYNC_CANDIDATES, results, strict=True))
+
+
+@pytest.mark.launches
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("solution", None),
+        ("reversed, async", None),
+        ("not divided", "is 2 times DDP's: the bucket was summed but not divided by the world size"),
+        ("divided twice", "is 1/2 of DDP's: did you divide by the world size twice"),
+        ("last bucket left out", "the gradient of '2.bias' is still this rank's own gradient"),
+        ("slices off by one", "the slice copied back from the bucket is off by 1"),
+        ("one all-reduce per parameter", "went in 4 all-reduces, one per parameter"),
+        ("one bucket whatever the size", "one all-reduce sent 268 bytes, more than bucket_bytes"),
+    ],
+)
+def test_bucketed_gradient_sync_checker(sync_results, name, message):
+    result = sync_results[name]
+    if message is None:
+        assert result and str(result).startswith("passed: bucketed_gradient_sync leaves DDP's averaged")
+    else:
+        assert not result and message in str(result), str(result)
+
+
+@pytest.mark.launches
+def test_bucketed_gradient_sync_checker_shows_no_reference_code(sync_results):
+    from course_utils.ddp.bucketed import BucketedDDP
+
+    assert_no_source(sync_results.values(), solutions.bucketed_gradient_sync, BucketedDDP)
