@@ -13,8 +13,10 @@ import inspect
 import pytest
 import torch
 import torch.distributed as dist
+from torch.utils.data import DistributedSampler
 
 from course_utils import exercises
+from course_utils.checkpoint import ResumableSampler
 from course_utils.collectives import plain_ring_all_reduce
 from course_utils.exercises import solutions
 
@@ -207,3 +209,73 @@ def test_bucketed_gradient_sync_checker_shows_no_reference_code(sync_results):
     from course_utils.ddp.bucketed import BucketedDDP
 
     assert_no_source(sync_results.values(), solutions.bucketed_gradient_sync, BucketedDDP)
+
+
+# --- chapter 08: a sampler that resumes where it was ------------------------------------------
+
+
+class SamplerNoEpoch(solutions.PositionSampler):
+    def state_dict(self):
+        return {"position": self.position}
+
+    def load_state_dict(self, state):
+        self.position = state["position"]
+
+
+class SamplerAlwaysReset(solutions.PositionSampler):
+    def set_epoch(self, epoch):
+        self.position = 0
+        DistributedSampler.set_epoch(self, epoch)
+
+
+class SamplerCountsBatches(solutions.PositionSampler):
+    def advance(self, n):
+        self.position += 1
+
+
+class SamplerKeepsPosition(solutions.PositionSampler):
+    def set_epoch(self, epoch):
+        DistributedSampler.set_epoch(self, epoch)
+
+
+class SamplerFullLength(solutions.PositionSampler):
+    def __len__(self):
+        return self.num_samples
+
+
+SAMPLERS = {
+    "solution": solutions.PositionSampler,
+    "the course's ResumableSampler": ResumableSampler,
+    "no epoch saved": SamplerNoEpoch,
+    "set_epoch always resets": SamplerAlwaysReset,
+    "counts batches": SamplerCountsBatches,
+    "new epoch not reset": SamplerKeepsPosition,
+    "len of the whole epoch": SamplerFullLength,
+}
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("solution", None),
+        ("the course's ResumableSampler", None),
+        ("no epoch saved", "state_dict() keeps no epoch: the resumed sampler starts in epoch 0's order"),
+        ("set_epoch always resets", "set_epoch(1) then sends the resumed run back to the start of the epoch"),
+        ("counts batches", "advance(n) was called 3 times with n=2, the batch size: count samples"),
+        ("new epoch not reset", "epoch 2 starts where epoch 1 was left, at sample 10"),
+        ("len of the whole epoch", "len() of the resumed sampler is 11, but it yields 5 samples"),
+    ],
+)
+def test_resumable_sampler_checker(name, message):
+    result = exercises.check_resumable_sampler_many([SAMPLERS[name]])[0]
+    if message is None:
+        assert result and "gives ResumableSampler's samples on each of 2 and of 3 ranks" in str(result)
+    else:
+        assert not result and message in str(result), str(result)
+
+
+def test_resumable_sampler_checker_prints_its_result_and_no_reference_code(capsys):
+    results = [exercises.check_resumable_sampler(cls) for cls in SAMPLERS.values()]
+    out = capsys.readouterr().out
+    assert out == "".join(f"{r}\n" for r in results)
+    assert_no_source(results, solutions.PositionSampler, ResumableSampler)

@@ -7,12 +7,15 @@ was checked, or ``not yet: ...`` and what differs in plain words, and returns a 
 ``solutions`` holds one worked solution per exercise.
 
 - ``ring``: chapter 02, ``ring_all_reduce(tensor)`` against ``dist.all_reduce``;
-- ``gradient_sync``: chapter 04, ``bucketed_gradient_sync(model, bucket_bytes)`` against torch's DDP.
+- ``gradient_sync``: chapter 04, ``bucketed_gradient_sync(model, bucket_bytes)`` against torch's DDP;
+- ``data_position``: chapter 08, a sampler's ``state_dict`` / ``load_state_dict`` against
+  ``checkpoint.ResumableSampler``.
 
 Taught in chapters 02, 04, 06, 07 and 08 (their "build it" exercises).
 """
 
 from course_utils.exercises import solutions
+from course_utils.exercises.data_position import check_resumable_sampler, check_resumable_sampler_many
 from course_utils.exercises.gradient_sync import (
     check_bucketed_gradient_sync,
     check_bucketed_gradient_sync_many,
@@ -27,4 +30,6 @@ __all__ = [
     "check_ring_all_reduce_many",
     "check_bucketed_gradient_sync",
     "check_bucketed_gradient_sync_many",
+    "check_resumable_sampler",
+    "check_resumable_sampler_many",
 ]

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from torch.utils.data import DistributedSampler
 
-__all__ = ["ring_all_reduce", "bucketed_gradient_sync"]
+__all__ = ["ring_all_reduce", "bucketed_gradient_sync", "PositionSampler"]
 
 
 def ring_all_reduce(tensor: torch.Tensor) -> torch.Tensor:
@@ -66,3 +67,38 @@ def bucketed_gradient_sync(model: torch.nn.Module, bucket_bytes: int) -> None:
         for p in bucket:
             p.grad.copy_(flat[offset : offset + p.grad.numel()].view_as(p.grad))
             offset += p.grad.numel()
+
+
+class PositionSampler(DistributedSampler):
+    """Chapter 08: a ``DistributedSampler`` that saves how far this rank got into the epoch.
+
+    ``advance(n)`` after each batch of ``n``; ``state_dict()`` is ``{"epoch", "position"}``;
+    after ``load_state_dict``, iterating skips the first ``position`` samples of the epoch's
+    order, and ``set_epoch`` of another epoch starts that one from its beginning.
+    """
+
+    def __init__(self, dataset, **kwargs):
+        super().__init__(dataset, **kwargs)
+        self.position = 0
+
+    def advance(self, n: int) -> None:
+        self.position += n
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.position = 0
+        super().set_epoch(epoch)
+
+    def __iter__(self):
+        indices = list(super().__iter__())
+        return iter(indices[self.position :])
+
+    def __len__(self) -> int:
+        return self.num_samples - self.position
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch = int(state["epoch"])
+        self.position = int(state["position"])
