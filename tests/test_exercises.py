@@ -13,6 +13,7 @@ import inspect
 import pytest
 import torch
 import torch.distributed as dist
+from torch.nn import functional as F
 from torch.utils.data import DistributedSampler
 
 from course_utils import exercises
@@ -279,3 +280,75 @@ def test_resumable_sampler_checker_prints_its_result_and_no_reference_code(capsy
     out = capsys.readouterr().out
     assert out == "".join(f"{r}\n" for r in results)
     assert_no_source(results, solutions.PositionSampler, ResumableSampler)
+
+
+# --- chapter 07: a row-wise sharded lookup ----------------------------------------------------
+
+
+def lookup_gathered(local_rows, ids, offsets, num_embeddings):
+    """Correct, written otherwise: gather every shard (padded to one size), look up locally."""
+    world = dist.get_world_size()
+    size = -(-num_embeddings // world)
+    padded = torch.zeros(size, local_rows.shape[1])
+    padded[: len(local_rows)] = local_rows
+    shards = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(shards, padded)
+    return F.embedding_bag(ids, torch.cat(shards)[:num_embeddings], offsets, mode="sum")
+
+
+def lookup_mean(local_rows, ids, offsets, num_embeddings):
+    sums = solutions.row_wise_lookup(local_rows, ids, offsets, num_embeddings)
+    lengths = torch.diff(offsets, append=torch.tensor([len(ids)])).clamp(min=1)
+    return sums / lengths[:, None]
+
+
+def lookup_own_rows(local_rows, ids, offsets, num_embeddings):
+    rank, size = dist.get_rank(), -(-num_embeddings // dist.get_world_size())
+    mine = ids // size == rank
+    rows = torch.where(mine, ids - rank * size, 0)
+    return F.embedding_bag(rows, local_rows, offsets, mode="sum", per_sample_weights=mine.float())
+
+
+def lookup_global_index(local_rows, ids, offsets, num_embeddings):
+    return F.embedding_bag(ids, local_rows, offsets, mode="sum")
+
+
+LOOKUPS = {
+    "solution": solutions.row_wise_lookup,
+    "all shards gathered": lookup_gathered,
+    "mean": lookup_mean,
+    "own rows only": lookup_own_rows,
+    "global id as local row": lookup_global_index,
+}
+
+
+@pytest.fixture(scope="module")
+def lookup_results():
+    results = exercises.check_row_wise_lookup_many(list(LOOKUPS.values()))
+    return dict(zip(LOOKUPS, results, strict=True))
+
+
+@pytest.mark.launches
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("solution", None),
+        ("all shards gathered", None),
+        ("mean", "rank 0: each bag is the mean of its rows, not their sum"),
+        ("own rows only", "rank 0: its bags hold only the rows rank 0 owns"),
+        ("global id as local row", "A rank looked up a row its shard does not have: rank r holds rows r * 4"),
+    ],
+)
+def test_row_wise_lookup_checker(lookup_results, name, message):
+    result = lookup_results[name]
+    if message is None:
+        assert result and str(result).startswith("passed: row_wise_lookup gives F.embedding_bag's sums")
+    else:
+        assert not result and message in str(result), str(result)
+
+
+@pytest.mark.launches
+def test_row_wise_lookup_checker_shows_no_reference_code(lookup_results):
+    from course_utils.sharding.row_wise import RowWiseEmbeddingBags
+
+    assert_no_source(lookup_results.values(), solutions.row_wise_lookup, RowWiseEmbeddingBags)

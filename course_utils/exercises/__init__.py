@@ -9,7 +9,9 @@ was checked, or ``not yet: ...`` and what differs in plain words, and returns a 
 - ``ring``: chapter 02, ``ring_all_reduce(tensor)`` against ``dist.all_reduce``;
 - ``gradient_sync``: chapter 04, ``bucketed_gradient_sync(model, bucket_bytes)`` against torch's DDP;
 - ``data_position``: chapter 08, a sampler's ``state_dict`` / ``load_state_dict`` against
-  ``checkpoint.ResumableSampler``.
+  ``checkpoint.ResumableSampler``;
+- ``row_wise``: chapter 07, ``row_wise_lookup(local_rows, ids, offsets, num_embeddings)`` against
+  ``F.embedding_bag`` on the full table.
 
 Taught in chapters 02, 04, 06, 07 and 08 (their "build it" exercises).
 """
@@ -22,6 +24,7 @@ from course_utils.exercises.gradient_sync import (
 )
 from course_utils.exercises.result import CheckResult
 from course_utils.exercises.ring import check_ring_all_reduce, check_ring_all_reduce_many
+from course_utils.exercises.row_wise import check_row_wise_lookup, check_row_wise_lookup_many
 
 __all__ = [
     "CheckResult",
@@ -32,4 +35,6 @@ __all__ = [
     "check_bucketed_gradient_sync_many",
     "check_resumable_sampler",
     "check_resumable_sampler_many",
+    "check_row_wise_lookup",
+    "check_row_wise_lookup_many",
 ]

@@ -31,10 +31,19 @@ class Outcome(NamedTuple):
 
 
 def _short(exc: BaseException) -> str:
+    """The exception in one line, with the last place in the learner's code (not torch's) it passed."""
     text = " ".join(str(exc).split())
-    line = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    torch_dir = os.path.dirname(os.path.dirname(dist_file()))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(torch_dir)]
+    line = frames[-1] if frames else None
     where = f" (in {line.name}, line {line.lineno})" if line is not None else ""
     return f"{type(exc).__name__}: {text[:240]}{where}"
+
+
+def dist_file() -> str:
+    import torch.distributed as dist
+
+    return dist.__file__
 
 
 def _timed_out(exc: BaseException) -> bool:

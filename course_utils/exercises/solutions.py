@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
-__all__ = ["ring_all_reduce", "bucketed_gradient_sync", "PositionSampler"]
+__all__ = ["ring_all_reduce", "bucketed_gradient_sync", "PositionSampler", "row_wise_lookup"]
 
 
 def ring_all_reduce(tensor: torch.Tensor) -> torch.Tensor:
@@ -102,3 +102,44 @@ class PositionSampler(DistributedSampler):
     def load_state_dict(self, state: dict) -> None:
         self.epoch = int(state["epoch"])
         self.position = int(state["position"])
+
+
+def row_wise_lookup(
+    local_rows: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, num_embeddings: int
+) -> torch.Tensor:
+    """Chapter 07: this rank's bag sums ``[B, D]`` from a table split by rows over the ranks.
+
+    local_rows: ``[R, D]``, rows ``rank * R`` on of the table (``R = ceil(num_embeddings / W)``);
+    ids: ``[L]`` global ids of this rank's bags; offsets: ``[B]`` where each bag starts.
+    Each id goes to its owner (all-to-all, counts first), the owner adds up its rows per bag,
+    and the partial sums come back (all-to-all) to be added up.
+    """
+    world = dist.get_world_size()
+    size = -(-num_embeddings // world)
+    bags = len(offsets)
+    lengths = torch.diff(offsets, append=torch.tensor([len(ids)]))
+    bag_of_id = torch.repeat_interleave(torch.arange(bags), lengths)
+    owner = ids // size
+    order = owner.argsort(stable=True)
+    send_counts = torch.bincount(owner, minlength=world)
+    recv_counts = torch.empty_like(send_counts)
+    dist.all_to_all_single(recv_counts, send_counts)  # how many ids each rank sends me
+    bag_counts = [torch.zeros(1, dtype=torch.long) for _ in range(world)]
+    dist.all_gather(bag_counts, torch.tensor([bags]))  # every rank's number of bags
+    bag_counts = torch.cat(bag_counts)
+    # (bag, local row) of each id, grouped by owner
+    pairs = torch.stack([bag_of_id[order], ids[order] - owner[order] * size], dim=1)
+    received = torch.empty(int(recv_counts.sum()), 2, dtype=torch.long)
+    dist.all_to_all_single(
+        received, pairs, output_split_sizes=recv_counts.tolist(), input_split_sizes=send_counts.tolist()
+    )
+    # partial sums, for each source rank's bags, of the rows held here
+    source = torch.repeat_interleave(torch.arange(world), recv_counts)
+    first_bag = torch.cat([torch.zeros(1, dtype=torch.long), bag_counts.cumsum(0)[:-1]])
+    partial = torch.zeros(int(bag_counts.sum()), local_rows.shape[1], dtype=local_rows.dtype)
+    partial.index_add_(0, first_bag[source] + received[:, 0], local_rows[received[:, 1]])
+    back = torch.empty(world * bags, local_rows.shape[1], dtype=local_rows.dtype)
+    dist.all_to_all_single(
+        back, partial, output_split_sizes=[bags] * world, input_split_sizes=bag_counts.tolist()
+    )
+    return back.view(world, bags, -1).sum(0)
