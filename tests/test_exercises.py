@@ -20,6 +20,7 @@ from course_utils import exercises
 from course_utils.checkpoint import ResumableSampler
 from course_utils.collectives import plain_ring_all_reduce
 from course_utils.exercises import solutions
+from course_utils.pipeline.schedules import one_f_one_b, one_f_one_b_order
 
 pytestmark = pytest.mark.chapter(2, 4, 6, 7, 8)
 
@@ -352,3 +353,75 @@ def test_row_wise_lookup_checker_shows_no_reference_code(lookup_results):
     from course_utils.sharding.row_wise import RowWiseEmbeddingBags
 
     assert_no_source(lookup_results.values(), solutions.row_wise_lookup, RowWiseEmbeddingBags)
+
+
+# --- chapter 06: the 1F1B order ---------------------------------------------------------------
+
+
+def order_from_course(stages, microbatches):
+    """Correct, written otherwise: the course's schedule, its ``Action`` tuples as they are."""
+    return [list(actions) for actions in one_f_one_b(stages, microbatches).devices]
+
+
+def order_with(warmup_of, stages, microbatches, *, backward_first=False):
+    """1F1B with a planted mistake: ``warmup_of(stage)`` warm-up forwards, or each steady pair
+    run backward first."""
+    orders = []
+    for stage in range(stages):
+        warmup = min(warmup_of(stage), microbatches)
+        order = [f"F{j}" for j in range(warmup)]
+        for i in range(microbatches - warmup):
+            pair = [f"F{warmup + i}", f"B{i}"]
+            order += pair[::-1] if backward_first and i else pair
+        orders.append(order + [f"B{j}" for j in range(microbatches - warmup, microbatches)])
+    return orders
+
+
+ORDERS = {
+    "solution": solutions.one_f_one_b_order,
+    "the course's schedule": order_from_course,
+    "GPipe": lambda p, m: order_with(lambda d: m, p, m),
+    "warm-up reversed": lambda p, m: order_with(lambda d: d, p, m),
+    "one warm-up forward too many": lambda p, m: order_with(lambda d: p - d, p, m),
+    "backward before forward in the steady phase": lambda p, m: order_with(
+        lambda d: p - 1 - d, p, m, backward_first=True
+    ),
+    "no cool-down": lambda p, m: [
+        o[: 2 * m - (p - 1 - d)] for d, o in enumerate(solutions.one_f_one_b_order(p, m))
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("solution", None),
+        ("the course's schedule", None),
+        ("GPipe", "stage 0 runs 4 forward(s) before its first backward: all forwards, then all backwards"),
+        (
+            "warm-up reversed",
+            "stage 0 runs 1 forward(s) before its first backward: the warm-up counts are reversed",
+        ),
+        (
+            "one warm-up forward too many",
+            "stage 0 runs 3 forward(s) before its first backward: one forward too many",
+        ),
+        (
+            "backward before forward in the steady phase",
+            "the order of stage 0 (with 2 stages and 4 micro-batches) differs at slot 3: expected F2, got B1",
+        ),
+        ("no cool-down", "stage 0 runs B3 0 times: every micro-batch's backward runs once on every stage"),
+    ],
+)
+def test_one_f_one_b_order_checker(name, message):
+    result = exercises.check_one_f_one_b_order_many([ORDERS[name]])[0]
+    if message is None:
+        assert result and str(result).startswith("passed: one_f_one_b_order gives the 1F1B order")
+    else:
+        assert not result and message in str(result), str(result)
+
+
+def test_one_f_one_b_order_checker_prints_its_result_and_no_reference_code(capsys):
+    results = [exercises.check_one_f_one_b_order(fn) for fn in ORDERS.values()]
+    assert capsys.readouterr().out == "".join(f"{r}\n" for r in results)
+    assert_no_source(results, solutions.one_f_one_b_order, one_f_one_b, one_f_one_b_order)

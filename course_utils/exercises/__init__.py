@@ -11,7 +11,9 @@ was checked, or ``not yet: ...`` and what differs in plain words, and returns a 
 - ``data_position``: chapter 08, a sampler's ``state_dict`` / ``load_state_dict`` against
   ``checkpoint.ResumableSampler``;
 - ``row_wise``: chapter 07, ``row_wise_lookup(local_rows, ids, offsets, num_embeddings)`` against
-  ``F.embedding_bag`` on the full table.
+  ``F.embedding_bag`` on the full table;
+- ``one_f_one_b``: chapter 06, ``one_f_one_b_order(stages, microbatches)`` against the course's
+  1F1B schedule (no ranks).
 
 Taught in chapters 02, 04, 06, 07 and 08 (their "build it" exercises).
 """
@@ -22,6 +24,7 @@ from course_utils.exercises.gradient_sync import (
     check_bucketed_gradient_sync,
     check_bucketed_gradient_sync_many,
 )
+from course_utils.exercises.one_f_one_b import check_one_f_one_b_order, check_one_f_one_b_order_many
 from course_utils.exercises.result import CheckResult
 from course_utils.exercises.ring import check_ring_all_reduce, check_ring_all_reduce_many
 from course_utils.exercises.row_wise import check_row_wise_lookup, check_row_wise_lookup_many
@@ -37,4 +40,6 @@ __all__ = [
     "check_resumable_sampler_many",
     "check_row_wise_lookup",
     "check_row_wise_lookup_many",
+    "check_one_f_one_b_order",
+    "check_one_f_one_b_order_many",
 ]

@@ -12,7 +12,13 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
-__all__ = ["ring_all_reduce", "bucketed_gradient_sync", "PositionSampler", "row_wise_lookup"]
+__all__ = [
+    "ring_all_reduce",
+    "bucketed_gradient_sync",
+    "PositionSampler",
+    "row_wise_lookup",
+    "one_f_one_b_order",
+]
 
 
 def ring_all_reduce(tensor: torch.Tensor) -> torch.Tensor:
@@ -143,3 +149,22 @@ def row_wise_lookup(
         back, partial, output_split_sizes=[bags] * world, input_split_sizes=bag_counts.tolist()
     )
     return back.view(world, bags, -1).sum(0)
+
+
+def one_f_one_b_order(stages: int, microbatches: int) -> list[list[str]]:
+    """Chapter 06: each stage's 1F1B order, e.g. ``["F0", "F1", "B0", "F2", "B1", ...]``.
+
+    Stage d warms up with ``stages - 1 - d`` forwards, then runs one forward and one backward
+    until the forwards are done, then the backwards left (the cool-down).
+    """
+    orders = []
+    for stage in range(stages):
+        warmup = min(stages - 1 - stage, microbatches)
+        order = [f"F{j}" for j in range(warmup)]
+        next_backward = 0
+        for j in range(warmup, microbatches):
+            order += [f"F{j}", f"B{next_backward}"]
+            next_backward += 1
+        order += [f"B{j}" for j in range(next_backward, microbatches)]
+        orders.append(order)
+    return orders
