@@ -22,7 +22,7 @@ from course_utils.collectives import plain_ring_all_reduce
 from course_utils.exercises import solutions
 from course_utils.pipeline.schedules import one_f_one_b, one_f_one_b_order
 
-pytestmark = pytest.mark.chapter(2, 4, 6, 7, 8)
+pytestmark = pytest.mark.chapter(2, 4, 5, 6, 7, 8)
 
 
 def source_lines(*objects) -> list[str]:
@@ -425,3 +425,71 @@ def test_one_f_one_b_order_checker_prints_its_result_and_no_reference_code(capsy
     results = [exercises.check_one_f_one_b_order(fn) for fn in ORDERS.values()]
     assert capsys.readouterr().out == "".join(f"{r}\n" for r in results)
     assert_no_source(results, solutions.one_f_one_b_order, one_f_one_b, one_f_one_b_order)
+
+
+# --- chapter 05: the Megatron-LM MLP on ranks --------------------------------------------------
+
+
+def mlp_gathered(x, first_weight, first_bias, second_weight, second_bias):
+    """Correct, written otherwise: gather every rank's hidden features and columns, then compute whole."""
+    world = dist.get_world_size()
+    hidden = F.relu(F.linear(x, first_weight, first_bias))
+    hiddens = [torch.empty_like(hidden) for _ in range(world)]
+    dist.all_gather(hiddens, hidden)
+    columns = [torch.empty_like(second_weight) for _ in range(world)]
+    dist.all_gather(columns, second_weight.contiguous())
+    return F.linear(torch.cat(hiddens, 1), torch.cat(columns, 1), second_bias)
+
+
+def mlp_planted(
+    x, first_weight, first_bias, second_weight, second_bias, *, reduce=True, bias_early=False, divide=False
+):
+    out = torch.relu(x @ first_weight.T + first_bias) @ second_weight.T
+    if bias_early:
+        out = out + second_bias
+    if reduce:
+        dist.all_reduce(out)
+    if divide:
+        out = out / dist.get_world_size()
+    return out if bias_early else out + second_bias
+
+
+MLPS = {
+    "solution": solutions.tensor_parallel_mlp,
+    "gathered": mlp_gathered,
+    "no all-reduce": lambda *a: mlp_planted(*a, reduce=False),
+    "bias before the all-reduce": lambda *a: mlp_planted(*a, bias_early=True),
+    "averaged": lambda *a: mlp_planted(*a, divide=True),
+}
+
+
+@pytest.fixture(scope="module")
+def mlp_results():
+    results = exercises.check_tensor_parallel_mlp_many(list(MLPS.values()))
+    return dict(zip(MLPS, results, strict=True))
+
+
+@pytest.mark.launches
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("solution", None),
+        ("gathered", None),
+        ("no all-reduce", "rank 0: the output is only this rank's partial product"),
+        ("bias before the all-reduce", "rank 0: the second layer's bias is counted 2 times"),
+        ("averaged", "rank 0: the partial products were averaged, not summed"),
+    ],
+)
+def test_tensor_parallel_mlp_checker(mlp_results, name, message):
+    result = mlp_results[name]
+    if message is None:
+        assert result and str(result).startswith("passed: tensor_parallel_mlp gives the unsharded")
+    else:
+        assert not result and message in str(result), str(result)
+
+
+@pytest.mark.launches
+def test_tensor_parallel_mlp_checker_shows_no_reference_code(mlp_results):
+    from course_utils.model_parallel.tensor_parallel import MegatronMLP
+
+    assert_no_source(mlp_results.values(), solutions.tensor_parallel_mlp, MegatronMLP)

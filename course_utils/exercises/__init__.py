@@ -13,9 +13,11 @@ was checked, or ``not yet: ...`` and what differs in plain words, and returns a 
 - ``row_wise``: chapter 07, ``row_wise_lookup(local_rows, ids, offsets, num_embeddings)`` against
   ``F.embedding_bag`` on the full table;
 - ``one_f_one_b``: chapter 06, ``one_f_one_b_order(stages, microbatches)`` against the course's
-  1F1B schedule (no ranks).
+  1F1B schedule (no ranks);
+- ``tensor_parallel``: chapter 05, ``tensor_parallel_mlp(x, ...)`` (the Megatron-LM MLP's forward)
+  against the same MLP unsharded.
 
-Taught in chapters 02, 04, 06, 07 and 08 (their "build it" exercises).
+Taught in chapters 02, 04, 05, 06, 07 and 08 (their "build it" exercises).
 """
 
 from course_utils.exercises import solutions
@@ -28,6 +30,7 @@ from course_utils.exercises.one_f_one_b import check_one_f_one_b_order, check_on
 from course_utils.exercises.result import CheckResult
 from course_utils.exercises.ring import check_ring_all_reduce, check_ring_all_reduce_many
 from course_utils.exercises.row_wise import check_row_wise_lookup, check_row_wise_lookup_many
+from course_utils.exercises.tensor_parallel import check_tensor_parallel_mlp, check_tensor_parallel_mlp_many
 
 __all__ = [
     "CheckResult",
@@ -42,4 +45,6 @@ __all__ = [
     "check_row_wise_lookup_many",
     "check_one_f_one_b_order",
     "check_one_f_one_b_order_many",
+    "check_tensor_parallel_mlp",
+    "check_tensor_parallel_mlp_many",
 ]

@@ -7,7 +7,7 @@ process group (``init_process_group`` over a prefix of one store, with a short t
 message that never comes costs ``wait_s`` seconds and is reported, instead of hanging the launch;
 the next candidate starts clean. Each rank's outcome comes back as an ``Outcome``.
 
-Taught in chapters 02, 04 and 07 (their "build it" exercises run the learner's code this way).
+Taught in chapters 02, 04, 05 and 07 (their "build it" exercises run the learner's code this way).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A chapter shows a blank stub and its checker, and points here for one way to write it; each
 solution passes its checker (tests/test_exercises.py).
 
-Taught in chapters 02, 04, 06, 07 and 08 (the worked solutions of their "build it" exercises).
+Taught in chapters 02, 04, 05, 06, 07 and 08 (the worked solutions of their "build it" exercises).
 """
 
 from __future__ import annotations
@@ -168,3 +168,22 @@ def one_f_one_b_order(stages: int, microbatches: int) -> list[list[str]]:
         order += [f"B{j}" for j in range(next_backward, microbatches)]
         orders.append(order)
     return orders
+
+
+def tensor_parallel_mlp(
+    x: torch.Tensor,
+    first_weight: torch.Tensor,
+    first_bias: torch.Tensor,
+    second_weight: torch.Tensor,
+    second_bias: torch.Tensor,
+) -> torch.Tensor:
+    """Chapter 05: the Megatron-LM MLP's forward, ``x [B, d] -> [B, d_out]`` on every rank.
+
+    This rank's hidden features need no communication (the first weight is split by output
+    features); its columns of the second weight give a partial sum of the output, summed over
+    the ranks by one all-reduce; the bias, whole on every rank, is added once, after it.
+    """
+    hidden = torch.relu(x @ first_weight.T + first_bias)  # [B, h / w]: this rank's features
+    out = hidden @ second_weight.T  # [B, d_out]: this rank's share of the sum
+    dist.all_reduce(out)
+    return out + second_bias
