@@ -8,6 +8,7 @@ The checkers that run ranks check all of a test's candidate functions in one lau
 
 from __future__ import annotations
 
+import copy
 import inspect
 
 import pytest
@@ -19,10 +20,11 @@ from torch.utils.data import DistributedSampler
 from course_utils import exercises
 from course_utils.checkpoint import ResumableSampler
 from course_utils.collectives import plain_ring_all_reduce
+from course_utils.data_parallel.by_hand import DataParallelByHand
 from course_utils.exercises import solutions
 from course_utils.pipeline.schedules import one_f_one_b, one_f_one_b_order
 
-pytestmark = pytest.mark.chapter(2, 4, 5, 6, 7, 8)
+pytestmark = pytest.mark.chapter(2, 3, 4, 5, 6, 7, 8)
 
 
 def source_lines(*objects) -> list[str]:
@@ -493,3 +495,67 @@ def test_tensor_parallel_mlp_checker_shows_no_reference_code(mlp_results):
     from course_utils.model_parallel.tensor_parallel import MegatronMLP
 
     assert_no_source(mlp_results.values(), solutions.tensor_parallel_mlp, MegatronMLP)
+
+
+# --- chapter 03: a DataParallel step by hand ---------------------------------------------------
+
+
+def dp_course(model, inputs, targets, devices):
+    """Correct, written otherwise: the course's DataParallelByHand (its own Broadcast)."""
+    return F.mse_loss(DataParallelByHand(model, devices)(inputs), targets)
+
+
+def dp_deepcopy(model, inputs, targets, devices):
+    outputs = [copy.deepcopy(model)(chunk) for chunk in inputs.chunk(len(devices))]
+    return F.mse_loss(torch.cat(outputs), targets)
+
+
+def dp_chunk_losses(model, inputs, targets, devices, *, average=False):
+    pairs = zip(inputs.chunk(len(devices)), targets.chunk(len(devices)), strict=True)
+    losses = [F.mse_loss(model(x), y) for x, y in pairs]
+    return sum(losses) / len(losses) if average else sum(losses)
+
+
+def dp_reversed(model, inputs, targets, devices):
+    return F.mse_loss(torch.cat([model(x) for x in inputs.chunk(len(devices))][::-1]), targets)
+
+
+DATA_PARALLEL = {
+    "solution": solutions.data_parallel_loss,
+    "the course's DataParallelByHand": dp_course,
+    "deepcopy replicas": dp_deepcopy,
+    "chunk losses summed": dp_chunk_losses,
+    "chunk losses averaged": lambda *a: dp_chunk_losses(*a, average=True),
+    "gathered in reverse": dp_reversed,
+}
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("solution", None),
+        ("the course's DataParallelByHand", None),
+        ("deepcopy replicas", "'0.weight' has no gradient after backward(): the replicas are not connected"),
+        (
+            "chunk losses summed",
+            "6 rows on 2 devices: the loss is 0.93841, not one device's: each chunk's mean loss was added up",
+        ),
+        (
+            "chunk losses averaged",
+            "5 rows on 2 devices: the loss is 1.0036, not one device's: each chunk's mean loss counts",
+        ),
+        ("gathered in reverse", "the outputs were gathered in another order than the chunks were scattered"),
+    ],
+)
+def test_data_parallel_loss_checker(name, message):
+    result = exercises.check_data_parallel_loss_many([DATA_PARALLEL[name]])[0]
+    if message is None:
+        assert result and str(result).startswith("passed: data_parallel_loss gives one device's loss")
+    else:
+        assert not result and message in str(result), str(result)
+
+
+def test_data_parallel_loss_checker_prints_its_result_and_no_reference_code(capsys):
+    results = [exercises.check_data_parallel_loss(fn) for fn in DATA_PARALLEL.values()]
+    assert capsys.readouterr().out == "".join(f"{r}\n" for r in results)
+    assert_no_source(results, solutions.data_parallel_loss, DataParallelByHand)

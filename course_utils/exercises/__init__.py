@@ -15,12 +15,15 @@ was checked, or ``not yet: ...`` and what differs in plain words, and returns a 
 - ``one_f_one_b``: chapter 06, ``one_f_one_b_order(stages, microbatches)`` against the course's
   1F1B schedule (no ranks);
 - ``tensor_parallel``: chapter 05, ``tensor_parallel_mlp(x, ...)`` (the Megatron-LM MLP's forward)
-  against the same MLP unsharded.
+  against the same MLP unsharded;
+- ``data_parallel``: chapter 03, ``data_parallel_loss(model, inputs, targets, devices)`` (one
+  DataParallel step by hand) against the same batch on one device (no ranks).
 
-Taught in chapters 02, 04, 05, 06, 07 and 08 (their "build it" exercises).
+Taught in chapters 02, 03, 04, 05, 06, 07 and 08 (their "build it" exercises).
 """
 
 from course_utils.exercises import solutions
+from course_utils.exercises.data_parallel import check_data_parallel_loss, check_data_parallel_loss_many
 from course_utils.exercises.data_position import check_resumable_sampler, check_resumable_sampler_many
 from course_utils.exercises.gradient_sync import (
     check_bucketed_gradient_sync,
@@ -47,4 +50,6 @@ __all__ = [
     "check_one_f_one_b_order_many",
     "check_tensor_parallel_mlp",
     "check_tensor_parallel_mlp_many",
+    "check_data_parallel_loss",
+    "check_data_parallel_loss_many",
 ]

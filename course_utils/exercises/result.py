@@ -4,7 +4,7 @@
 checker prints: one line ``passed: ...`` saying what was checked, or ``not yet: ...`` and one
 plain sentence per difference found (never the reference's code).
 
-Taught in chapters 02, 04, 05, 06, 07 and 08 (their "build it" exercises).
+Taught in chapters 02, 03, 04, 05, 06, 07 and 08 (their "build it" exercises).
 """
 
 from __future__ import annotations

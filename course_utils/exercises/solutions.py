@@ -3,7 +3,7 @@
 A chapter shows a blank stub and its checker, and points here for one way to write it; each
 solution passes its checker (tests/test_exercises.py).
 
-Taught in chapters 02, 04, 05, 06, 07 and 08 (the worked solutions of their "build it" exercises).
+Taught in chapters 02, 03, 04, 05, 06, 07 and 08 (the worked solutions of their "build it" exercises).
 """
 
 from __future__ import annotations
@@ -187,3 +187,24 @@ def tensor_parallel_mlp(
     out = hidden @ second_weight.T  # [B, d_out]: this rank's share of the sum
     dist.all_reduce(out)
     return out + second_bias
+
+
+def data_parallel_loss(
+    model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, devices
+) -> torch.Tensor:
+    """Chapter 03: one DataParallel forward by hand, and the loss over the whole batch.
+
+    Scatter: ``torch.chunk`` the rows over the devices. Replicate: each replica's parameters
+    are the model's moved to its device (``.to`` is recorded by autograd, so the gradients flow
+    back to the one real copy). Apply: each replica on its chunk. Gather: the outputs, in chunk
+    order, on ``devices[0]``; then one loss.
+    """
+    from torch.func import functional_call
+
+    chunks = inputs.chunk(len(devices))
+    outputs = []
+    for chunk, device in zip(chunks, devices, strict=False):  # a tiny batch can use fewer devices
+        params = {name: p.to(device) for name, p in model.named_parameters()}
+        outputs.append(functional_call(model, params, (chunk.to(device),)))
+    gathered = torch.cat([out.to(devices[0]) for out in outputs])
+    return torch.nn.functional.mse_loss(gathered, targets.to(devices[0]))
