@@ -80,6 +80,13 @@ def ring_not_in_place(tensor):
     return solutions.ring_all_reduce(tensor.clone())
 
 
+def ring_receives_from_the_right(tensor):
+    """Every rank waits for its right neighbour, which is waiting too: a message that never comes."""
+    incoming = torch.empty_like(tensor)
+    dist.recv(incoming, (dist.get_rank() + 1) % dist.get_world_size())
+    return tensor.add_(incoming)
+
+
 RING_CANDIDATES = {
     "solution": solutions.ring_all_reduce,
     "course's batched ring": plain_ring_all_reduce,
@@ -88,12 +95,13 @@ RING_CANDIDATES = {
     "tail left out": lambda t: _ring(t, chunking="floor"),
     "added twice": lambda t: _ring(t, gather_op="add"),
     "not in place": ring_not_in_place,
+    "every rank waits": ring_receives_from_the_right,  # last: it costs the 3 s a rank waits
 }
 
 
 @pytest.fixture(scope="module")
 def ring_results():
-    results = exercises.check_ring_all_reduce_many(list(RING_CANDIDATES.values()))
+    results = exercises.check_ring_all_reduce_many(list(RING_CANDIDATES.values()), wait_s=3)
     return dict(zip(RING_CANDIDATES, results, strict=True))
 
 
@@ -108,6 +116,10 @@ def ring_results():
         ("tail left out", "the last 1 element(s) on rank 0 (from element 6 on) are not summed"),
         ("added twice", "counts rank 0's value 2 times: a chunk was added again"),
         ("not in place", "returns the right sum, but the tensor passed in is unchanged"),
+        (
+            "every rank waits",
+            "rank(s) 0, 1, 2 waited more than the time allowed for a message that never came",
+        ),
     ],
 )
 def test_ring_all_reduce_checker(ring_results, name, message):
