@@ -1,4 +1,4 @@
-"""DDP in practice (appendix 04a): the sync inside backward, no_sync's placement, mixed precision
+"""DDP in practice (appendices 04a and 04b): the sync inside backward, no_sync's placement, mixed precision
 with a loss scaler, seeds and norms across ranks, communication hooks' bytes, sparse tables, the
 exact AUC, and the input pipeline. Each compared with what must hold, on 2 gloo ranks."""
 

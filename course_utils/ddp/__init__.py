@@ -11,7 +11,7 @@
   bucket size; ``plot`` draws it; ``runs``: DDP against one GPU (``scaling``), and single process vs
   DataParallel vs DDP on the same model and data.
 
-For appendix 04a, one module per practice, imported by name (``from course_utils.ddp import
+For appendices 04a and 04b, one module per practice, imported by name (``from course_utils.ddp import
 mixed_precision``): ``in_backward`` (the sync inside ``backward()``, ``no_sync``'s placement),
 ``mixed_precision`` (autocast, a loss scaler with ``no_sync``, clipping after the sync),
 ``rank_agreement`` (seeds and gradient norms across ranks), ``comm_hooks`` (fp16/bf16 and PowerSGD,
@@ -19,7 +19,7 @@ their bytes), ``sparse_tables`` (sparse embedding gradients under DDP), ``evalua
 AUC across ranks), ``input_pipeline`` (a rank's DataLoader for a GPU), ``options``, ``uneven``, and
 ``published`` (PyTorch's own DDP benchmark, modeled at real size against its published times).
 
-Taught in chapter 04 and its appendix 04a (chapter 03's threads against processes:
+Taught in chapter 04 and its appendices 04a and 04b (chapter 03's threads against processes:
 ``course_utils.data_parallel.gil``).
 """
 

@@ -29,7 +29,7 @@ callbacks run on gloo's own thread, so PowerSGD's callback would start its next 
 while backward starts the next bucket's from the rank's thread, in an order that can differ
 between ranks (gloo then aborts on a size mismatch). NCCL's futures run them on the calling thread.
 
-Taught in chapter 04 (appendix 04a, section 4).
+Taught in chapter 04 (appendix 04a, section 3).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ gathers every rank's ``(label, score)`` and ranks them once
 
 ``auc_two_ways`` computes both on every rank, from rows split the way files split them.
 
-Taught in chapter 04 (appendix 04a, section 6).
+Taught in chapter 04 (appendix 04a, section 5).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ One rank's loader, as PyTorch's performance guide writes it:
 
 ``worker_pids`` shows the last two on any machine: which processes made each epoch's batches.
 
-Taught in chapter 04 (appendix 04a, section 9).
+Taught in chapter 04 (appendix 04b, section 2).
 """
 
 from __future__ import annotations

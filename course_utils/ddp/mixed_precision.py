@@ -24,7 +24,7 @@ The step, as PyTorch's AMP recipe writes it, with gradient accumulation over ``k
   so every rank computes the same norm and scales alike. Clipped before the sync (each rank its
   own gradient), the ranks would clip by different factors (``rank_agreement.clipping_norms``).
 
-Taught in chapter 04 (appendix 04a, section 2).
+Taught in chapter 04 (appendix 04b, section 1).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ running statistics are rank 0's (computed on rank 0's rows only). With
 ``broadcast_buffers=False`` each rank keeps its own. (``SyncBatchNorm`` is the module that
 really computes batch statistics over all ranks.)
 
-Taught in chapter 04 (appendix 04a, section 7: DDP's options).
+Taught in chapter 04 (appendix 04a, section 6: DDP's options).
 """
 
 from __future__ import annotations

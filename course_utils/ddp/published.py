@@ -23,7 +23,7 @@ modeled DGX-1 cluster:
 ``iteration_seconds`` runs on every rank of one launch of 16 and times every size in turn on a
 group of the first ``w`` ranks: one launch instead of five.
 
-Taught in chapter 04 (appendix 04a, section 10: the model against published GPU measurements).
+Taught in chapter 04 (appendix 04b, section 5: the model against published GPU measurements).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@
 
 ``seeds_and_norms`` measures all three on every rank.
 
-Taught in chapter 04 (appendix 04a, section 3).
+Taught in chapter 04 (appendix 04a, section 2).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ time of the busiest process, and the AUC and log loss the model reaches;
 ``plot_comparison`` draws the CPU time (the wall time of two shared CPU cores says nothing
 about GPUs).
 
-Taught in chapter 04 (section 5b, DDP against one GPU; section 13, single process vs DataParallel
-vs DDP).
+Taught in chapter 04 (section 5b, DDP against one GPU; appendix 04b, section 4, single process vs
+DataParallel vs DDP).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ table: DDP all-reduces its ``[N, D]`` gradient like any other.
 ``sparse_or_dense`` trains the same table (``BigTableModel``) both ways and returns the weights and
 the bytes. Chapter 08's big-table run (``course_utils.checkpoint.background``) trains it the safe way.
 
-Taught in chapter 04 (appendix 04a, section 5).
+Taught in chapter 04 (appendix 04a, section 4).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ A rank that has finished its loop stays inside ``Join`` and *shadows* the collec
 others still run: it joins each of their all-reduces with zero gradients (and DDP divides
 by the number of ranks still training), until every rank is done.
 
-Taught in chapter 04 (appendix 04a, section 7: uneven inputs).
+Taught in chapter 04 (appendix 04a, section 6: uneven inputs).
 """
 
 from __future__ import annotations

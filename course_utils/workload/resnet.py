@@ -14,7 +14,7 @@ He et al., "Deep Residual Learning for Image Recognition" (2015), in the layout 
 torchvision is not a course dependency; this copy holds the same layers, so that a cluster
 model of the benchmark can build it, usually on the ``meta`` device (shapes, no numbers).
 
-Taught in chapter 04 (appendix 04a, section 10: PyTorch's DDP benchmark, modeled).
+Taught in chapter 04 (appendix 04b, section 5: PyTorch's DDP benchmark, modeled).
 """
 
 from __future__ import annotations

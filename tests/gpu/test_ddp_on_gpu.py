@@ -1,4 +1,4 @@
-"""Appendix 04a on a GPU: float16 autocast with a GradScaler under DDP, torch's bf16 hook, pinned
+"""Appendices 04a and 04b on a GPU: float16 autocast with a GradScaler under DDP, torch's bf16 hook, pinned
 batches copied without waiting. The CPU twins are in tests/test_ddp_practice.py."""
 
 import pytest
