@@ -1,6 +1,8 @@
 """What torch's DDP asks of every rank: uneven inputs (Join), unused parameters, buffers,
 the first iteration's single bucket; and the canonical torchrun script's evaluation."""
 
+import json
+
 import pytest
 import torch
 
@@ -79,3 +81,17 @@ def test_canonical_script_pads_evaluation_rows_and_the_exact_split_matches_one_p
     assert loss["padded"] != pytest.approx(loss["exact"], abs=1e-7)
     assert loss["drop_last"] != pytest.approx(loss["exact"], abs=1e-7)
     assert run.reports[1]["logloss"]["exact"] == loss["exact"]
+
+
+def test_the_canonical_script_on_one_rank_trains_what_its_one_process_twin_trains(tmp_path):
+    """One batch per epoch, so the shuffles (sampler against DataLoader) only reorder a sum."""
+    from course_utils.scripts import one_process
+
+    args = ["--rows", "512", "--epochs", "2", "--batch", "512"]
+    run = runner.run_torchrun(
+        "course_utils.scripts.ddp_canonical_os_exit", nproc_per_node=1, timeout=180, args=args
+    )
+    one_process.main([*args, "--out", str(tmp_path)])
+    twin = json.loads((tmp_path / "report.json").read_text())
+    assert run.reports[0]["steps"] == twin["steps"] == 2
+    assert run.reports[0]["logloss"]["one process"] == pytest.approx(twin["logloss"], abs=1e-6)

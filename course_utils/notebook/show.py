@@ -1,6 +1,6 @@
 """Small helpers for the notebooks: where we run, and showing the package's code.
 
-Taught in chapter 00 (``environment``, ``show_source``); ``show_diff`` in chapters 04 and 06.
+Taught in chapter 00 (``environment``, ``show_source``); ``show_diff`` in chapters 04, 06, 07 and 08.
 """
 
 from __future__ import annotations
