@@ -84,29 +84,37 @@ class Checkpointer:
         Before that, an async save waits for the previous one if it is still being written
         (those seconds go to ``self.waited``). ``on_complete(step)`` is called once the save is
         complete on this rank (async: in the writing thread, as soon as it is), never if it failed."""
-        import torch.distributed.checkpoint as dcp
-
         start = time.perf_counter()
         self.wait()
         self.waited.append(time.perf_counter() - start)
         start = time.perf_counter()
         path = str(self.folder / f"step_{step:06d}")
         state = state if isinstance(state, dict) else {"app": state}
-        if self.mode == "blocking":
-            dcp.save(state, checkpoint_id=path, process_group=self.group)
-            self._prune()
-            if on_complete is not None:
-                on_complete(step)
-        else:
-            if self.stager is None:
-                self.stager = _reusable_stager()
-            extra = {} if self.stager is None else {"async_stager": self.stager}
-            response = dcp.async_save(state, checkpoint_id=path, process_group=self.group, **extra)
-            # torch >= 2.9 may answer with an AsyncSaveResponse (staging and upload futures)
-            self.pending = getattr(response, "upload_completion", response)
-            if on_complete is not None:
-                self.pending.add_done_callback(lambda f: f.exception() is None and on_complete(step))
+        save = self.save_blocking if self.mode == "blocking" else self.save_async
+        save(state, path, step, on_complete)
         return time.perf_counter() - start
+
+    def save_blocking(self, state: dict, path: str, step: int, on_complete=None) -> None:
+        """``dcp.save``: returns once this rank's files are written, then prunes old folders."""
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save(state, checkpoint_id=path, process_group=self.group)
+        self._prune()
+        if on_complete is not None:
+            on_complete(step)
+
+    def save_async(self, state: dict, path: str, step: int, on_complete=None) -> None:
+        """``dcp.async_save``: returns once the state is staged; the write goes on in the background."""
+        import torch.distributed.checkpoint as dcp
+
+        if self.stager is None:
+            self.stager = _reusable_stager()
+        extra = {} if self.stager is None else {"async_stager": self.stager}
+        response = dcp.async_save(state, checkpoint_id=path, process_group=self.group, **extra)
+        # torch >= 2.9 may answer with an AsyncSaveResponse (staging and upload futures)
+        self.pending = getattr(response, "upload_completion", response)
+        if on_complete is not None:
+            self.pending.add_done_callback(lambda f: f.exception() is None and on_complete(step))
 
     def wait(self) -> None:
         """Block until the save in the background (if any) is complete on this rank."""
