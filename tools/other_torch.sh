@@ -8,7 +8,8 @@
 # (course, floor, colab, kaggle, newest): its torch, and its Python where it names one (colab).
 #
 #   tools/other_torch.sh floor --unit-tests --older-isa --tests tests/test_cluster_ranks.py  # CI part 3
-#   tools/other_torch.sh colab --tests tests/test_cluster_ranks.py --notebooks chapters      # CI part 4
+#   tools/other_torch.sh colab --unit-tests --tests tests/test_cluster_ranks.py \
+#       --notebooks "$(echo chapters/[0-9][0-9]_*.ipynb)"   # CI part 4 (.ci/run: the exact lines)
 #   tools/other_torch.sh kaggle --all-tests                 # Kaggle's torch, by hand
 #   tools/other_torch.sh 2.12.0                             # any release
 #
@@ -28,7 +29,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-usage() { sed -n '2,27p' "$0" >&2; exit 2; }
+usage() { sed -n '2,28p' "$0" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 matrix() { python3 tools/matrix.py "$1" || exit 2; }  # a value of pyproject.toml's version matrix
 version=$1 python_version=""
