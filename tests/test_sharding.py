@@ -204,7 +204,7 @@ def _modeled_steps(world, kinds=("table_wise", "row_wise", "column_wise")):
 
 @pytest.mark.launches
 def test_modeled_steps_follow_the_busiest_rank_and_move_the_formulas_bytes():
-    runs = _modeled_steps(4)  # chapter 07's section 9 sizes (Criteo's tables at full size), on 4 ranks
+    runs = _modeled_steps(4)  # appendix 07f's section 2 sizes (Criteo's tables at full size), on 4 ranks
     step, busiest = {}, {}
     for kind, ranks in runs.items():
         assert len({r["step_ns"] for r in ranks}) == 1  # barrier to barrier: one step for all

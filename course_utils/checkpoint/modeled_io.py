@@ -52,7 +52,7 @@ STORAGE = {
     "parallel-fs": Storage(
         "a parallel file system over the node's storage network",
         12.5e9,
-        "DGX H100 (the MLPerf system description of chapter 07's 8xH100 node): two 400 Gb/s "
+        "DGX H100 (the MLPerf system description of appendix 07f's 8xH100 node): two 400 Gb/s "
         "ConnectX-7 ports for storage, 100 GB/s per node, 12.5 GB/s per GPU: the network's limit, "
         "the most a shared file system can take from each GPU",
     ),

@@ -3,7 +3,7 @@
 An ``nn.EmbeddingBag(N, D)`` gets a dense ``[N, D]`` gradient each step, almost all zeros, and
 DDP all-reduces all of it: ``4 N D`` bytes a step whatever the batch touched. Built with
 ``sparse=True`` its gradient is a sparse COO tensor, one row per lookup
-(``course_utils.workload.sparse_optim``, chapter 07 section 1). What the backends do with it:
+(``course_utils.workload.sparse_optim``, appendix 07f, section 1). What the backends do with it:
 
 * **NCCL** has no sparse all-reduce: "NCCL does not support all_reduce with sparse tensors"
   (``ProcessGroupNCCL``). On GPUs a sparse gradient goes through a gloo group, on the CPU.

@@ -41,7 +41,7 @@ device: real sizes, nothing computed, only time):
   while backward runs (``BucketedDDP``), then ``torch.optim.Adagrad`` with its multi-tensor
   (``foreach``) kernels, PyTorch's default on GPUs.
 
-Taught in chapter 07 (section 9, the model against MLPerf).
+Taught in chapter 07 (appendix 07f, section 3: the model against MLPerf).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 * ``time_lookup_steps``: several steps timed with ``timing.now()`` (the modeled clock under a
   cluster, else this machine's).
 
-Taught in chapter 07 (section 9, the three schemes' step times).
+Taught in chapter 07 (appendix 07f, section 2: the three schemes' step times).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ The production job's ``--table-optimizer`` (``course_utils.scripts.train_hybrid`
   moves every row at every step, even a row no id looked up (its first moment decays, it is not
   zero), so every row of every table changes between two checkpoints;
 * ``adagrad``: ``torch.optim.Adagrad`` for the table shards (``table_lr``), Adam for the MLPs,
-  the split of chapter 07's middle ground (section 1). Adagrad's update of a row whose gradient
+  the split of appendix 07f's middle ground (its section 1). Adagrad's update of a row whose gradient
   is zero is ``-lr * 0 / (sqrt(sum) + eps)``, a zero, and its running ``sum`` gains ``0 * 0``: a
   row no id looked up keeps its weights and its state bit for bit. That makes an incremental
   checkpoint of the touched rows exact (``course_utils.checkpoint.incremental``).

@@ -21,7 +21,7 @@ Both keep their state dense: SparseAdam two ``[N, D]`` moments (as much as Adam)
 rows a batch did not use. In a distributed run a sparse gradient is averaged over the ranks
 after backward (``course_utils.ddp.sparse_tables.average_sparse_gradient``, appendix 04a).
 
-Taught in chapter 07 (section 1: sparse gradients with SparseAdam and Adagrad).
+Taught in chapter 07 (appendix 07f, section 1: sparse gradients with SparseAdam and Adagrad).
 """
 
 from __future__ import annotations
