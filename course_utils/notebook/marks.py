@@ -10,7 +10,7 @@ and the cell's assert states the claim about it.
   last digits, a float difference, a device or backend name, an error text that changes between
   torch releases and builds).
 
-Taught in chapter 00 (appendix 00a: the first ``⏱`` line, spawn against fork).
+Taught in chapter 00 (appendix 00a, section 6b: the first ``⏱`` line, spawn against fork).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ The result goes back in a file, not through the engine's return queue: a rank st
 through putting a large result in that queue (the launch's timeout stops every rank) would leave
 the engine waiting forever for the rest of it.
 
-Taught in chapter 00 (appendix 00a, section 3: ``run_rank``).
+Taught in chapter 00 (appendix 00a, section 6a: ``run_rank``).
 """
 
 from __future__ import annotations
