@@ -56,7 +56,7 @@ def test_killed_rank_restarts_from_checkpoint_and_ends_like_an_uninterrupted_run
 
 
 def test_slurm_template_launches_the_production_job_and_requeues_on_its_warning_signal():
-    """The runs are chapter 08's (section 7's cells compare them with the uninterrupted job)."""
+    """The runs are appendix 08c's (section 2's cells compare them with the uninterrupted job)."""
     text = TEMPLATE.read_text()
     assert "scontrol show hostnames" in text and "srun --kill-on-bad-exit=1" in text
     assert "--rdzv-backend c10d" in text and "#SBATCH --requeue" in text
@@ -164,7 +164,7 @@ def test_the_scripts_take_their_backend_from_course_backend(monkeypatch, tmp_pat
 def test_a_demonstration_kill_waits_for_the_last_checkpoint_its_attempt_started(tmp_path):
     """``train_hybrid``'s fault injector: the checkpoint it waits for before the kill, and the steps,
     attempts and ranks for which it returns (the kill itself: chapter 08's killed rank in section 5,
-    and the lost node of its SLURM runs in section 7)."""
+    and the lost node of appendix 08c's SLURM runs in section 2)."""
     from types import SimpleNamespace
 
     from course_utils.scripts.faults import FaultInjector

@@ -3,9 +3,9 @@ a SIGTERM and a resize each end where the uninterrupted job ends (bit-identical 
 kept, AUC within 0.005 across a resize); the exact distributed AUC; its parts.
 
 A rank killed after step 20, and the SLURM template's three runs (a lost node, the time limit's
-signal, the requeue), are chapter 08's own cells (sections 5 and 7), which assert that each ends
-on the uninterrupted run's parameters; nbval runs them on every supported torch (CONTRIBUTING,
-"What CI runs"), so they are not run a fourth time here."""
+signal, the requeue), are cells of chapter 08 (section 5) and appendix 08c (section 2), which
+assert that each ends on the uninterrupted run's parameters; nbval runs them on every supported
+torch (CONTRIBUTING, "What CI runs"), so they are not run a fourth time here."""
 
 import shutil
 

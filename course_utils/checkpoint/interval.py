@@ -16,7 +16,7 @@ time beyond the useful work, per second of useful work: ``wall / useful - 1``.
   multiplies it by ``e^(R/M)``, so the best interval does not depend on ``R``; the overhead does.
 * :func:`simulate_overhead`: the same job run on seeded random failures, to check the formulas.
 
-Taught in chapter 08 (section 8, what changes at cluster scale) and appendix 08b (the restart cost).
+Taught in chapter 08 (section 6, how often to checkpoint) and appendix 08b (the restart cost).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ The c10d rendezvous id is random, shown as ``RUN_ID``. ``timeline`` turns the ra
 event logs into a deterministic account, attempt by attempt; ``plot_restarts`` draws it.
 ``terminate_at_step`` sends the launchers SIGTERM mid-run, as a cluster does before a time limit.
 
-Taught in chapter 08 (section 5, the production job under ``torchrun``; section 6, two nodes).
+Taught in chapter 08 (section 5, the production job under ``torchrun``; appendix 08c, section 1,
+two nodes).
 """
 
 from __future__ import annotations

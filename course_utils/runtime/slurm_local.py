@@ -11,7 +11,8 @@ through the chapter 02 runner (on a failure, everything it started is stopped). 
 gives each node its own GPUs, the ``srun`` stand-in gives each "node" its own slice of
 this machine's, or gloo where there are too few (``runner.node_environments``).
 
-Taught in chapter 08 (section 7, a SLURM batch script; a lost node, requeue and resume).
+Taught in chapter 08 (appendix 08c, section 2, a SLURM batch script; a lost node, requeue and
+resume).
 """
 
 from __future__ import annotations

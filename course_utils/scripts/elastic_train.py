@@ -10,7 +10,7 @@ rank ``--kill-rank`` kills itself with SIGKILL just before step ``--kill-at-step
 on the first attempt only; torchrun then stops the other ranks and starts them all
 again (``--max-restarts``). With ``--kill-what node`` it first kills its torchrun agent:
 the whole node is gone, and no restart inside the job can bring it back (under SLURM the
-job ends and is requeued, chapter 08 section 7). A rank counts its attempts in its own event log:
+job ends and is requeued, appendix 08c, section 2). A rank counts its attempts in its own event log:
 torchrun's ``TORCHELASTIC_RESTART_COUNT`` counts the failures *one node's* agent saw, so
 on several nodes a node whose ranks did not fail may still say 0 after a restart. Each rank
 appends what it does to

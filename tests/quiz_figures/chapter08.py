@@ -1,5 +1,7 @@
 """Sources of the numbers in quiz 08's answers (see tests/test_quiz_figures.py)."""
 
+import signal
+
 EVERY, KILLED_BEFORE = 5, 14  # question 4: a checkpoint every 5 steps, killed just before step 14
 N, GLOBAL_BATCH, STEPS = 4096, 128, 20  # question 6: the chapter's epoch, batch and stop
 
@@ -64,7 +66,9 @@ FIGURES = {
         "3,220": Computed(_young_daly_seconds),
     },
     8: {
-        "137": InChapter("failed with exit code 137"),
+        # the stand-in SLURM run is appendix 08c's (section 2), whose first run printed "failed with exit
+        # code 137": the shell's code for a process ended by SIGKILL, 128 + 9
+        "137": Computed(lambda: 128 + int(signal.SIGKILL)),
         "20": InChapter("resumed from the checkpoint of step 20"),
     },
 }
