@@ -1,11 +1,7 @@
 """A chapter's main path stays readable in one sitting: at most 40 cells, at most 25 of them code,
 and at most 3,500 words of markdown. Deep dives live in an appendix notebook beside the chapter
 (``chapters/NNa_name.ipynb``, tested by nbval like the chapter), held to the same limits; every
-appendix belongs to a chapter.
-
-The notebooks that the chapter rewrite has not yet brought within the limits are listed in
-``NOT_YET_WITHIN``, each with its size when it was listed: it may shrink, never grow, and it leaves
-the list (a test says so) once it is within the limits."""
+appendix belongs to a chapter."""
 
 from __future__ import annotations
 
@@ -21,11 +17,6 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 MAX_CELLS, MAX_CODE, MAX_WORDS = 40, 25, 3500
 NAME = re.compile(r"^(\d\d)([a-z]?)_\w+\.ipynb$")
-
-# notebook: (cells, markdown words) when listed; the ceiling until it is within the limits
-NOT_YET_WITHIN = {
-    "08_fault_tolerance_and_scale_out.ipynb": (48, 5764),
-}
 
 
 def counts(notebook: Path) -> tuple[int, int, int]:
@@ -49,22 +40,7 @@ def test_a_notebook_is_within_the_limits(notebook):
     cells, code, words = counts(notebook)
     kind = "appendix" if NAME.match(notebook.name)[2] else "main path"
     assert code <= MAX_CODE, f"{notebook.name} ({kind}) has {code} code cells; at most {MAX_CODE}"
-    if notebook.name in NOT_YET_WITHIN:
-        most_cells, most_words = NOT_YET_WITHIN[notebook.name]
-        assert cells <= most_cells and words <= most_words, (
-            f"{notebook.name} grew to {cells} cells and {words} words of markdown; it is waiting to be "
-            f"brought within {MAX_CELLS} and {MAX_WORDS}, and may not grow past {most_cells} and {most_words}"
-        )
-        return
     assert cells <= MAX_CELLS and words <= MAX_WORDS, (
         f"{notebook.name} ({kind}) has {cells} cells and {words} words of markdown; at most {MAX_CELLS} "
         f"and {MAX_WORDS}: move a deep dive to an appendix notebook (chapters/NNa_name.ipynb)"
-    )
-
-
-@pytest.mark.parametrize("name", sorted(NOT_YET_WITHIN))
-def test_a_notebook_waiting_for_the_rewrite_is_still_over_the_limits(name):
-    cells, _, words = counts(ROOT / "chapters" / name)
-    assert cells > MAX_CELLS or words > MAX_WORDS, (
-        f"{name} is within the limits now ({cells} cells, {words} words): take it out of NOT_YET_WITHIN"
     )
