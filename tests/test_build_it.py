@@ -19,7 +19,7 @@ pytestmark = pytest.mark.chapter()
 
 ROOT = Path(__file__).resolve().parent.parent
 EXERCISES = ROOT / "course_utils" / "exercises"
-BUILD_IT = ("02", "03", "04", "05", "06", "07")  # the chapters 02-08 that show their build-it exercise
+BUILD_IT = ("02", "03", "04", "05", "06", "07", "08")  # the chapters 02-08 that show their build-it exercise
 
 
 def _module(path: Path) -> ast.Module:
