@@ -1,6 +1,7 @@
-"""Every "section N" a chapter or solution names exists: in the same chapter, or in the chapter it
-names ("chapter 07, section 11", "chapter 04's section 5b", "chapter 06 (sections 9 to 12)",
-"appendix 04a, section 2").
+"""Every "section N" a chapter, solution or quiz names exists: in the same chapter, or in the
+chapter it names ("chapter 07, section 11", "chapter 04's section 5b", "chapter 06 (sections 9 to
+12)", "appendix 04a, section 2"), read line by line as the website's links read them
+(``site/_ext/section_links.py``, which fails the site's build on a reference that does not resolve).
 
 A section is a markdown heading that starts with its number (``## 5.``, ``### 5b.``). Solutions
 refer to their chapter's sections. Links to solutions' exercises are checked in test_solutions.py.
@@ -30,8 +31,9 @@ def markdown(path: Path) -> list[str]:
 
 
 def chapter_of(path: Path) -> str:
-    """``04`` for chapters/04_ddp.ipynb and solutions/chapter04.ipynb, ``07a`` for the appendix."""
-    name = path.stem
+    """``04`` for chapters/04_ddp.ipynb, solutions/chapter04.ipynb and quiz/chapter04*.md, ``07a``
+    for the appendix."""
+    name = path.stem.removesuffix("-answers")
     return name.removeprefix("chapter") if name.startswith("chapter") else name.split("_")[0]
 
 
@@ -45,10 +47,20 @@ def test_headings_are_found():
     assert {"1", "5", "6"} <= SECTIONS["08"] and "5b" in SECTIONS["04"]
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+QUIZZES = sorted((ROOT / "quiz").glob("chapter*.md"))
+
+
+def texts(path: Path) -> list[str]:
+    """The lines of a notebook's markdown cells, or of a quiz file: the website links a reference
+    within one line of text (a reference broken over two lines names the page's own chapter)."""
+    cells = [path.read_text(encoding="utf-8")] if path.suffix == ".md" else markdown(path)
+    return [line for text in cells for line in text.splitlines()]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + QUIZZES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_section_reference_resolves(path):
     wrong = []
-    for text in markdown(path):
+    for text in texts(path):
         for m in REFERENCE.finditer(text):
             chapter = m.group("chapter") or chapter_of(path)
             for number in filter(None, (m.group("first"), m.group("last"))):
