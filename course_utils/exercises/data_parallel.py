@@ -136,6 +136,4 @@ def check_data_parallel_loss_many(fns: list) -> list[CheckResult]:
 def check_data_parallel_loss(fn) -> CheckResult:
     """Compare ``fn(model, inputs, targets, devices)`` with one device's loss and gradients;
     print what differs, or one line saying it passed."""
-    result = _check(fn)
-    print(result)
-    return result
+    return _check(fn).shown()

@@ -227,6 +227,4 @@ def check_resumable_sampler_many(classes: list) -> list[CheckResult]:
 def check_resumable_sampler(cls) -> CheckResult:
     """Check sampler class ``cls`` against ``ResumableSampler``; print what differs, or one line
     saying it passed."""
-    result = _check(cls)
-    print(result)
-    return result
+    return _check(cls).shown()

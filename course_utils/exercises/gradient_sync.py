@@ -195,8 +195,7 @@ def _result(outcomes) -> CheckResult:
         f"{' and '.join(map(str, BUCKET_BYTES))} bytes",
     )
     problem = first_error(outcomes, "bucketed_gradient_sync") or _diagnose(outcomes)
-    if problem:
-        result.problems.append(problem)
+    result.note(problem)
     return result
 
 
@@ -208,6 +207,4 @@ def check_bucketed_gradient_sync_many(fns: list, wait_s: float = 5.0) -> list[Ch
 def check_bucketed_gradient_sync(fn, wait_s: float = 5.0) -> CheckResult:
     """Run ``fn(model, bucket_bytes)`` after backward on 2 gloo ranks against torch's DDP; print
     what differs, or one line saying it passed."""
-    result = check_bucketed_gradient_sync_many([fn], wait_s)[0]
-    print(result)
-    return result
+    return check_bucketed_gradient_sync_many([fn], wait_s)[0].shown()

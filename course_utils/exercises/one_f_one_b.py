@@ -145,6 +145,4 @@ def check_one_f_one_b_order_many(fns: list) -> list[CheckResult]:
 def check_one_f_one_b_order(fn) -> CheckResult:
     """Compare ``fn(stages, microbatches)`` with the course's 1F1B schedule; print what differs,
     or one line saying it passed."""
-    result = _check(fn)
-    print(result)
-    return result
+    return _check(fn).shown()

@@ -32,6 +32,16 @@ class CheckResult:
     def __bool__(self) -> bool:
         return self.passed
 
+    def note(self, problem: str | None) -> None:
+        """Record ``problem`` (one sentence), if there is one."""
+        if problem:
+            self.problems.append(problem)
+
+    def shown(self) -> CheckResult:
+        """Print the report (``str(self)``) and return this result: what ``check_<name>`` does."""
+        print(self)
+        return self
+
     def __str__(self) -> str:
         if self.passed:
             return f"passed: {self.exercise} {self.checked}"

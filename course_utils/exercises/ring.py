@@ -177,6 +177,4 @@ def check_ring_all_reduce_many(fns: list, wait_s: float = 5.0) -> list[CheckResu
 def check_ring_all_reduce(fn, wait_s: float = 5.0) -> CheckResult:
     """Run ``fn(tensor)`` on 3 gloo ranks against ``dist.all_reduce``; print what differs, or
     one line saying it passed. A rank that waits ``wait_s`` seconds for a message is reported."""
-    result = check_ring_all_reduce_many([fn], wait_s)[0]
-    print(result)
-    return result
+    return check_ring_all_reduce_many([fn], wait_s)[0].shown()

@@ -135,8 +135,7 @@ def _result(outcomes) -> CheckResult:
             f"i - (i // {size}) * {size} of its local_rows"
         )
     problem = problem or _diagnose(outcomes)
-    if problem:
-        result.problems.append(problem)
+    result.note(problem)
     return result
 
 
@@ -148,6 +147,4 @@ def check_row_wise_lookup_many(fns: list, wait_s: float = 5.0) -> list[CheckResu
 def check_row_wise_lookup(fn, wait_s: float = 5.0) -> CheckResult:
     """Run ``fn(local_rows, ids, offsets, num_embeddings)`` on 3 gloo ranks against
     ``F.embedding_bag`` on the full table; print what differs, or one line saying it passed."""
-    result = check_row_wise_lookup_many([fn], wait_s)[0]
-    print(result)
-    return result
+    return check_row_wise_lookup_many([fn], wait_s)[0].shown()

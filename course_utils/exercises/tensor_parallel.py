@@ -126,8 +126,7 @@ def _result(outcomes) -> CheckResult:
         f"{WORLD_SIZE} ranks, each holding {H // WORLD_SIZE} of the {H} hidden features",
     )
     problem = first_error(outcomes, "tensor_parallel_mlp") or _diagnose(outcomes)
-    if problem:
-        result.problems.append(problem)
+    result.note(problem)
     return result
 
 
@@ -139,6 +138,4 @@ def check_tensor_parallel_mlp_many(fns: list, wait_s: float = 5.0) -> list[Check
 def check_tensor_parallel_mlp(fn, wait_s: float = 5.0) -> CheckResult:
     """Run ``fn(x, first_weight, first_bias, second_weight, second_bias)`` on 2 gloo ranks
     against the unsharded MLP; print what differs, or one line saying it passed."""
-    result = check_tensor_parallel_mlp_many([fn], wait_s)[0]
-    print(result)
-    return result
+    return check_tensor_parallel_mlp_many([fn], wait_s)[0].shown()
