@@ -72,7 +72,7 @@ def test_the_check_tells_a_claim_from_a_heading():
         'print("parameters equal within 1e-5")\n'
         'print(f"spawn slower than fork")\n'
         'print("both runs, weights equal within 1e-6:")\n'
-        '!pip list\n'
+        "!pip list\n"
     )
     claims = fixed_claims(cell)
     assert [c.split(":")[0] for c in claims] == ["line 5", "line 6", "line 7"], claims
