@@ -29,17 +29,22 @@ RESULT_WORDS = re.compile(
 )
 
 
+def _fixed(node: ast.expr) -> str | None:
+    """The text of a string literal, an f-string with no value in it, or ``+`` of such; else ``None``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in node.values):
+        return "".join(v.value for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _fixed(node.left), _fixed(node.right)
+        return None if left is None or right is None else left + right
+    return None
+
+
 def fixed_text(call: ast.Call) -> str | None:
     """The text a ``print(...)`` call shows when every argument is fixed; ``None`` otherwise."""
-    parts = []
-    for arg in call.args:
-        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-            parts.append(arg.value)
-        elif isinstance(arg, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in arg.values):
-            parts.append("".join(v.value for v in arg.values))
-        else:
-            return None
-    return " ".join(parts).strip() if parts else None
+    parts = [_fixed(arg) for arg in call.args]
+    return " ".join(parts).strip() if parts and None not in parts else None
 
 
 def fixed_claims(source: str) -> list[str]:
@@ -70,7 +75,7 @@ def test_the_check_tells_a_claim_from_a_heading():
         'print("per rank, after 3 steps:")\n'
         'print(f"loss {loss:.4f}")\n'
         'print("parameters equal within 1e-5")\n'
-        'print(f"spawn slower than fork")\n'
+        'print(f"spawn slower " + "than fork")\n'
         'print("both runs, weights equal within 1e-6:")\n'
         "!pip list\n"
     )
