@@ -7,6 +7,9 @@ what follows: a heading that ends with ``:``, or a table's header row (``|`` bet
 Either way it states no result: "within 1e-6", "equal", "more than 3x", "slower than" belong in
 the message of the assert that checks them, beside the measured numbers the cell prints (exactly,
 where every machine reproduces them; after ``varies("machine", ...)`` where they do not).
+A print that does show values may still not state a bound in its fixed words ("weights equal
+within 1e-6" beside the rank's name): a bound is the assert's, unless the words label the value
+that follows them ("ranks that waited more than 1.5 s:").
 """
 
 from __future__ import annotations
@@ -41,10 +44,23 @@ def _fixed(node: ast.expr) -> str | None:
     return None
 
 
+BOUND = re.compile(
+    r"\b(within|above|below|more than|less than|fewer than|at most|at least)\s+[-+]?\.?\d", re.IGNORECASE
+)
+
+
 def fixed_text(call: ast.Call) -> str | None:
     """The text a ``print(...)`` call shows when every argument is fixed; ``None`` otherwise."""
     parts = [_fixed(arg) for arg in call.args]
     return " ".join(parts).strip() if parts and None not in parts else None
+
+
+def stated_thresholds(call: ast.Call) -> list[str]:
+    """The fixed fragments of a ``print(...)`` call, values around them or not, that state a bound
+    ("within 1e-6", "above 0.70", "more than 3x"): a claim the printed value does not make by itself.
+    A fragment that ends with ``:`` labels the value after it ("ranks that waited over 1.5 s:")."""
+    fragments = [n.value for n in ast.walk(call) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return [f for f in fragments if BOUND.search(f) and not f.rstrip().endswith(":")]
 
 
 def fixed_claims(source: str) -> list[str]:
@@ -60,11 +76,12 @@ def fixed_claims(source: str) -> list[str]:
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"):
             continue
         text = fixed_text(node)
-        if not text:
-            continue
-        heading = text.endswith(":") or " | " in text
-        if not heading or RESULT_WORDS.search(text):
-            found.append(f"line {node.lineno}: {text!r}")
+        if text:
+            heading = text.endswith(":") or " | " in text
+            if not heading or RESULT_WORDS.search(text):
+                found.append(f"line {node.lineno}: {text!r}")
+        else:
+            found += [f"line {node.lineno}: {fragment!r}" for fragment in stated_thresholds(node)]
     return found
 
 
@@ -77,10 +94,13 @@ def test_the_check_tells_a_claim_from_a_heading():
         'print("parameters equal within 1e-5")\n'
         'print(f"spawn slower " + "than fork")\n'
         'print("both runs, weights equal within 1e-6:")\n'
+        'print(f"{kind}: weights equal within 1e-6")\n'
+        'print(f"{kind}: weights within 1e-6 of one process:", gap)\n'
+        'print(f"ranks that waited more than 1.5 s: {late}")\n'
         "!pip list\n"
     )
     claims = fixed_claims(cell)
-    assert [c.split(":")[0] for c in claims] == ["line 5", "line 6", "line 7"], claims
+    assert [c.split(":")[0] for c in claims] == ["line 5", "line 6", "line 7", "line 8"], claims
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
