@@ -5,11 +5,29 @@ ROWS, DIM = 100_000, 16  # question 7's table
 
 def _pooled(kind: str, world_size: int) -> int:
     """Bytes of pooled embeddings one forward moves, summed over the ranks: 1,000 rows per rank,
-    10 tables of dimension 32 (questions 1 and 2); row-wise with every id on rank 0."""
+    10 tables of dimension 32 (question 1); row-wise with every id on rank 0."""
     from course_utils.sharding import formula
 
     routed = [[0] * world_size] * world_size if kind == "row_wise" else None
     return formula(kind, 1000, 10, 32, world_size, routed=routed)["embeddings"]
+
+
+def _bytes_across_hosts(kind: str, hosts: int = 4, per_host: int = 8) -> int:
+    """Question 2: pooled-embedding bytes one forward sends between hosts, measured on the link
+    matrix of ``hosts`` hosts of ``per_host`` ranks (8 tables of 64 rows, dimension 4, 3 rows per rank)."""
+    import torch
+
+    from course_utils.sharding import link_bytes, make_plan
+
+    world, cards = hosts * per_host, [64] * 8
+    generator = torch.Generator().manual_seed(0)
+    ids = [
+        torch.stack([torch.randint(0, c, (3,), generator=generator) for c in cards], 1) for _ in range(world)
+    ]
+    options = {"ranks_per_host": per_host} if kind == "table_row_wise" else {}
+    plan = make_plan(kind, cards, 4, world, **options)
+    embeddings = {"embeddings": link_bytes.matrices(plan, ids)["embeddings"]}
+    return link_bytes.across_hosts(embeddings, per_host)[0]
 
 
 def _adam_bytes() -> int:
@@ -41,8 +59,8 @@ FIGURES = {
         "15,360,000": Computed(lambda: _pooled("row_wise", 4)),  # C
     },
     2: {
-        "36,864": InChapter("row-wise (range)"),  # the chapter's 4-rank run, embeddings back
-        "9,216": InChapter("table-wise"),
+        "24": Computed(lambda: 32 - 8),  # the ranks on the other 3 hosts
+        "3": Computed(lambda: 4 - 1),  # of 4 hosts, the ones a table does not live on
     },
     5: {
         "2.49": InChapter("range split: lookups per rank"),
@@ -62,6 +80,12 @@ FIGURES = {
 }
 
 CLAIMS = {
-    2: (Claim("C. 8", lambda: _pooled("row_wise", 8) / _pooled("table_wise", 8) == 8),),
+    2: (
+        Claim("C. 32", lambda: _bytes_across_hosts("row_wise") == 32 * _bytes_across_hosts("table_row_wise")),
+        Claim(
+            "as under table-wise",
+            lambda: _bytes_across_hosts("table_row_wise") == _bytes_across_hosts("table_wise"),
+        ),
+    ),
     5: (Claim("D. Rank 0", _range_split_loads_rank_0_most),),
 }
