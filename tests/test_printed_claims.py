@@ -30,6 +30,9 @@ RESULT_WORDS = re.compile(
     r"slower|faster|greater|smaller|larger|beats?|differs?)\b",
     re.IGNORECASE,
 )
+BOUND = re.compile(
+    r"\b(within|above|below|more than|less than|fewer than|at most|at least)\s+[-+]?\.?\d", re.IGNORECASE
+)
 
 
 def _fixed(node: ast.expr) -> str | None:
@@ -42,11 +45,6 @@ def _fixed(node: ast.expr) -> str | None:
         left, right = _fixed(node.left), _fixed(node.right)
         return None if left is None or right is None else left + right
     return None
-
-
-BOUND = re.compile(
-    r"\b(within|above|below|more than|less than|fewer than|at most|at least)\s+[-+]?\.?\d", re.IGNORECASE
-)
 
 
 def fixed_text(call: ast.Call) -> str | None:
@@ -64,8 +62,9 @@ def stated_thresholds(call: ast.Call) -> list[str]:
 
 
 def fixed_claims(source: str) -> list[str]:
-    """The fixed texts a code cell prints that are not a heading or a header row, or that state a
-    result. IPython's ``%`` and ``!`` lines are left out; a cell that is not Python yields none."""
+    """What a code cell prints that breaks the rule: fixed texts that are not a heading or a header
+    row, or that state a result, and bounds stated beside printed values. IPython's ``%`` and ``!``
+    lines are left out; a cell that is not Python yields none."""
     lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
     try:
         tree = ast.parse("\n".join(lines))
