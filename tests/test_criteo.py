@@ -6,6 +6,8 @@ data makes (a TSV where parquet belongs, train and test written for other tables
 import gzip
 import math
 import random
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -220,6 +222,54 @@ def test_train_and_test_with_the_same_settings_get_the_same_tables(tmp_path):
         r"train.parquet \(26 x 1,024 rows\).*--like",
     ):
         data.check_same_tables(tmp_path / "train.parquet", tmp_path / "other.parquet")
+
+
+class _SlowToClose:
+    """A raw file whose ``close()`` takes a while and which records a ``tell()`` made during it."""
+
+    def __init__(self, raw):
+        self.raw, self.closing, self.told_while_closing = raw, threading.Event(), False
+
+    def read(self, size=-1):
+        return self.raw.read(size)
+
+    @property
+    def closed(self):
+        return self.raw.closed
+
+    def tell(self):
+        self.told_while_closing |= self.closing.is_set() and not self.raw.closed
+        return self.raw.tell()
+
+    def close(self):
+        self.closing.set()
+        time.sleep(0.3)  # the window in which another thread's tell() would race the close
+        self.raw.close()
+
+
+def test_progress_read_from_another_thread_never_races_the_readers_close(tmp_path, monkeypatch):
+    """The converter reads on a thread of its own and the progress bar asks ``position()`` from the
+    main one: a ``tell()`` while the reading thread closes the file can fail with EBADF (it did, on
+    CI) or read another file's position. ``position()`` waits for the close and gives the size."""
+    path = tmp_path / "day.tsv"
+    data.write_criteo_tsv(data.make_click_logs(200, seed=0), path)
+    opened, is_open = [], threading.Event()
+
+    def open_slow(p):
+        opened.append(_SlowToClose(open(p, "rb")))
+        is_open.set()
+        return opened[-1], opened[-1]
+
+    reader = criteo_read.CriteoReader(path)  # it opens the file once to check its format
+    monkeypatch.setattr(criteo_read, "_open_bytes", open_slow)
+    thread = threading.Thread(target=lambda: list(reader))
+    thread.start()
+    assert is_open.wait(10) and opened[0].closing.wait(10), "the reader did not reach its close"
+    assert reader.position() == reader.size
+    thread.join(10)
+    assert not opened[0].told_while_closing, (
+        "position() asked tell() while the reading thread closed the file"
+    )
 
 
 def test_default_buckets_follow_the_input_size():

@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import gzip
 import io
+import threading
 import zlib
 from pathlib import Path
 
@@ -189,9 +190,14 @@ class CriteoReader:
         self.skipped: list[tuple[int, int]] = []  # appended by the reading thread, in line order
         self.forgotten = 0  # skipped lines before the first one still listed
         self._raw = None
+        self._closing = threading.Lock()  # the file is closed by the thread that reads it
 
     def position(self) -> int:
-        return self._raw.tell() if self._raw is not None and not self._raw.closed else self.size
+        """Bytes read so far; the file's size once it is closed. Safe from another thread than the
+        reading one: a ``tell()`` racing the reading thread's ``close()`` would ask the OS about a
+        file descriptor that is gone, or already another file's."""
+        with self._closing:
+            return self._raw.tell() if self._raw is not None and not self._raw.closed else self.size
 
     def _skip(self, row) -> str:
         fields = 0 if row.text == _EMPTY_LINE else row.actual_columns  # 0: an empty line
@@ -233,7 +239,8 @@ class CriteoReader:
                     f"{self.path.name} stopped being readable as Criteo's format: {exc}"
                 ) from None
         finally:
-            self._raw.close()
+            with self._closing:
+                self._raw.close()
         if source.error is not None:
             raise ValueError(
                 f"{self.path.name} is not a whole gzip file ({source.error}): a download cut short? "
