@@ -219,6 +219,7 @@ def test_step_options_follow_the_schedules_signature():
 
 ENGINE_LINES = [
     "[Gloo] Rank 0 is connected to 2 peer ranks. Expected number of connected peer ranks is : 2",
+    "[Gloo] Rank 1 is NOT connected to: [2]",
     "[W1122 15:30:01.123456 4242 socket.cpp:12] [c10d] a warning",
     "[I1122 15:30:01.123456 4242 ProcessGroupNCCL.cpp:12] info",
     "[rank0]:[W1122 15:30:01.123456 4242 ProcessGroupNCCL.cpp:12] a warning with a rank prefix",
@@ -229,6 +230,7 @@ RANK_LINES = [
     "[rank 0] printed by the rank",
     "[Info] a user's bracket",
     "Gloo [Gloo] Rank 0 is connected",
+    "[Gloo] Rank 1 is NOT connected, says the rank",
 ]
 
 

@@ -24,9 +24,11 @@ _ENGINE_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher", "t
 # * c10 log lines, "[W1122 15:30:01.1 pid file.cpp:12] ...", also with a rank prefix,
 #   "[rank0]:[W1122 ...]" (older torch: "[W socket.cpp:12] ...");
 # * gloo's connection report (torch 2.9; gone in 2.13):
-#   "[Gloo] Rank 0 is connected to 2 peer ranks. Expected number of connected peer ranks is : 2".
+#   "[Gloo] Rank 0 is connected to 2 peer ranks. Expected number of connected peer ranks is : 2",
+#   and, when a peer has already failed, the list of those it could not reach (seen on torch 2.9.1,
+#   as chapter 00's rank 2 raises): "[Gloo] Rank 1 is NOT connected to: [2]".
 _ENGINE_LINE = re.compile(
-    r"(\[rank\d+\]:)?\[[WIEF](\d{4} |\s)|\[Gloo\] Rank \d+ is connected to \d+ peer ranks"
+    r"(\[rank\d+\]:)?\[[WIEF](\d{4} |\s)|\[Gloo\] Rank \d+ is (connected to \d+ peer ranks|NOT connected to:)"
 )
 
 
